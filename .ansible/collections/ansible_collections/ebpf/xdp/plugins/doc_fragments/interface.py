@@ -1,0 +1,25 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) ebpf.xdp contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+
+class ModuleDocFragment(object):
+    # Mirrors INTERFACE_ARGS in plugins/module_utils/_common.py.
+    DOCUMENTATION = r"""
+options:
+  interface:
+    description:
+      - Name of the network interface, as seen inside O(netns) when that is set.
+    type: str
+    required: true
+  netns:
+    description:
+      - Name of a network namespace under C(/run/netns) to work in (as created by C(ip netns add)).
+      - The module switches only its network namespace; bpffs and files stay those of the host.
+      - Omit it to work in the namespace the module runs in (with the P(ebpf.xdp.netns#connection)
+        connection plugin, that is the lab host's namespace).
+    type: str
+"""

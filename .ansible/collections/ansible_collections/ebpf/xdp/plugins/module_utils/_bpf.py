@@ -1,0 +1,635 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) ebpf.xdp contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""A thin ctypes binding to libbpf.
+
+Private to the ebpf.xdp collection: the interface may change without notice.
+
+libbpf does the real work (ELF relocations, BTF, map pinning and reuse,
+links); this file only declares the few C entry points the collection needs
+and turns negative return codes into BpfError with the errno and, for
+program loads, the verifier log.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno as errno_mod
+import os
+import platform
+
+LIBBPF_SONAME = "libbpf.so.1"
+
+# enum bpf_attach_type values used by the collection (uapi/linux/bpf.h).
+BPF_XDP = 37
+BPF_TCX_INGRESS = 46
+BPF_TCX_EGRESS = 47
+
+# XDP flags (uapi/linux/if_link.h).
+XDP_FLAGS_UPDATE_IF_NOEXIST = 1 << 0
+XDP_FLAGS_SKB_MODE = 1 << 1
+XDP_FLAGS_DRV_MODE = 1 << 2
+XDP_FLAGS_REPLACE = 1 << 4
+
+BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
+
+BPF_OBJ_NAME_LEN = 16
+
+MAP_TYPES = {
+    1: "hash", 2: "array", 3: "prog_array", 4: "perf_event_array",
+    5: "percpu_hash", 6: "percpu_array", 7: "stack_trace", 8: "cgroup_array",
+    9: "lru_hash", 10: "lru_percpu_hash", 11: "lpm_trie", 12: "array_of_maps",
+    13: "hash_of_maps", 14: "devmap", 15: "sockmap", 16: "cpumap",
+    17: "xskmap", 18: "sockhash", 25: "devmap_hash", 26: "struct_ops",
+    27: "ringbuf",
+}
+PERCPU_MAP_TYPES = frozenset((5, 6, 10))
+BPF_MAP_TYPE_ARRAY = 2
+
+PROG_TYPES = {
+    1: "socket_filter", 2: "kprobe", 3: "sched_cls", 4: "sched_act",
+    5: "tracepoint", 6: "xdp", 26: "tracing", 29: "ext",
+}
+
+LINK_TYPES = {1: "raw_tracepoint", 2: "tracing", 3: "cgroup", 4: "iter",
+              5: "netns", 6: "xdp", 7: "perf_event", 8: "kprobe_multi",
+              9: "struct_ops", 10: "netfilter", 11: "tcx"}
+
+BTF_KIND_VAR = 14
+BTF_KIND_DATASEC = 15
+
+
+class BpfError(Exception):
+    """A libbpf or kernel failure, with errno and an optional log."""
+
+    def __init__(self, message, err=None, log=None):
+        self.errno = err
+        self.log = log or ""
+        if err:
+            message = "%s: %s (errno %d %s)" % (
+                message, os.strerror(err), err, errno_mod.errorcode.get(err, ""))
+        super(BpfError, self).__init__(message)
+
+    def log_tail(self, lines=30):
+        return self.log.rstrip().splitlines()[-lines:]
+
+
+class _ProgInfo(ctypes.Structure):
+    # Leading part of struct bpf_prog_info; the kernel fills what fits.
+    _fields_ = [
+        ("type", ctypes.c_uint32), ("id", ctypes.c_uint32),
+        ("tag", ctypes.c_uint8 * 8),
+        ("jited_prog_len", ctypes.c_uint32), ("xlated_prog_len", ctypes.c_uint32),
+        ("jited_prog_insns", ctypes.c_uint64), ("xlated_prog_insns", ctypes.c_uint64),
+        ("load_time", ctypes.c_uint64), ("created_by_uid", ctypes.c_uint32),
+        ("nr_map_ids", ctypes.c_uint32), ("map_ids", ctypes.c_uint64),
+        ("name", ctypes.c_char * BPF_OBJ_NAME_LEN), ("ifindex", ctypes.c_uint32),
+        ("gpl_compatible", ctypes.c_uint32),
+        ("netns_dev", ctypes.c_uint64), ("netns_ino", ctypes.c_uint64),
+    ]
+
+
+class _MapInfo(ctypes.Structure):
+    _fields_ = [
+        ("type", ctypes.c_uint32), ("id", ctypes.c_uint32),
+        ("key_size", ctypes.c_uint32), ("value_size", ctypes.c_uint32),
+        ("max_entries", ctypes.c_uint32), ("map_flags", ctypes.c_uint32),
+        ("name", ctypes.c_char * BPF_OBJ_NAME_LEN), ("ifindex", ctypes.c_uint32),
+        ("btf_vmlinux_value_type_id", ctypes.c_uint32),
+        ("netns_dev", ctypes.c_uint64), ("netns_ino", ctypes.c_uint64),
+        ("btf_id", ctypes.c_uint32), ("btf_key_type_id", ctypes.c_uint32),
+        ("btf_value_type_id", ctypes.c_uint32),
+    ]
+
+
+class _LinkInfo(ctypes.Structure):
+    # struct bpf_link_info: the union starts 8-byte aligned; xdp and tcx
+    # both begin with the ifindex, tcx follows it with the attach type.
+    _fields_ = [
+        ("type", ctypes.c_uint32), ("id", ctypes.c_uint32),
+        ("prog_id", ctypes.c_uint32), ("_pad", ctypes.c_uint32),
+        ("ifindex", ctypes.c_uint32), ("attach_type", ctypes.c_uint32),
+        ("_rest", ctypes.c_uint64 * 6),
+    ]
+
+
+class _LinkCreateOpts(ctypes.Structure):
+    _fields_ = [
+        ("sz", ctypes.c_size_t), ("flags", ctypes.c_uint32),
+        ("iter_info", ctypes.c_void_p), ("iter_info_len", ctypes.c_uint32),
+        ("target_btf_id", ctypes.c_uint32),
+        ("_union", ctypes.c_uint64 * 5),
+    ]
+
+
+class _XdpAttachOpts(ctypes.Structure):
+    _fields_ = [("sz", ctypes.c_size_t), ("old_prog_fd", ctypes.c_int)]
+
+
+class _TestRunOpts(ctypes.Structure):
+    _fields_ = [
+        ("sz", ctypes.c_size_t),
+        ("data_in", ctypes.c_void_p), ("data_out", ctypes.c_void_p),
+        ("data_size_in", ctypes.c_uint32), ("data_size_out", ctypes.c_uint32),
+        ("ctx_in", ctypes.c_void_p), ("ctx_out", ctypes.c_void_p),
+        ("ctx_size_in", ctypes.c_uint32), ("ctx_size_out", ctypes.c_uint32),
+        ("retval", ctypes.c_uint32), ("repeat", ctypes.c_int),
+        ("duration", ctypes.c_uint32), ("flags", ctypes.c_uint32),
+        ("cpu", ctypes.c_uint32), ("batch_size", ctypes.c_uint32),
+    ]
+
+
+class _BtfType(ctypes.Structure):
+    _fields_ = [("name_off", ctypes.c_uint32), ("info", ctypes.c_uint32),
+                ("size_or_type", ctypes.c_uint32)]
+
+
+class _BtfVarSecinfo(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_uint32), ("offset", ctypes.c_uint32),
+                ("size", ctypes.c_uint32)]
+
+
+_PRINT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+
+_P = ctypes.c_void_p
+_S = ctypes.c_char_p
+_I = ctypes.c_int
+_U32 = ctypes.c_uint32
+_SIGNATURES = {
+    "bpf_object__open_file": (_P, [_S, _P]),
+    "bpf_object__load": (_I, [_P]),
+    "bpf_object__close": (None, [_P]),
+    "bpf_object__btf": (_P, [_P]),
+    "bpf_object__next_program": (_P, [_P, _P]),
+    "bpf_object__next_map": (_P, [_P, _P]),
+    "bpf_program__name": (_S, [_P]),
+    "bpf_program__section_name": (_S, [_P]),
+    "bpf_program__type": (_I, [_P]),
+    "bpf_program__fd": (_I, [_P]),
+    "bpf_program__set_autoload": (_I, [_P, ctypes.c_bool]),
+    "bpf_program__set_log_buf": (_I, [_P, _P, ctypes.c_size_t]),
+    "bpf_map__name": (_S, [_P]),
+    "bpf_map__type": (_I, [_P]),
+    "bpf_map__key_size": (_U32, [_P]),
+    "bpf_map__value_size": (_U32, [_P]),
+    "bpf_map__max_entries": (_U32, [_P]),
+    "bpf_map__is_internal": (ctypes.c_bool, [_P]),
+    "bpf_map__set_pin_path": (_I, [_P, _S]),
+    "bpf_map__fd": (_I, [_P]),
+    "bpf_map__initial_value": (_P, [_P, ctypes.POINTER(ctypes.c_size_t)]),
+    "btf__find_by_name_kind": (_I, [_P, _S, _U32]),
+    "btf__type_by_id": (_P, [_P, _U32]),
+    "btf__name_by_offset": (_S, [_P, _U32]),
+    "bpf_obj_pin": (_I, [_I, _S]),
+    "bpf_obj_get": (_I, [_S]),
+    "bpf_obj_get_info_by_fd": (_I, [_I, _P, ctypes.POINTER(_U32)]),
+    "bpf_prog_get_fd_by_id": (_I, [_U32]),
+    "bpf_map_get_fd_by_id": (_I, [_U32]),
+    "bpf_link_get_fd_by_id": (_I, [_U32]),
+    "bpf_link_get_next_id": (_I, [_U32, ctypes.POINTER(_U32)]),
+    "bpf_map_create": (_I, [_I, _S, _U32, _U32, _U32, _P]),
+    "bpf_map_lookup_elem": (_I, [_I, _P, _P]),
+    "bpf_map_update_elem": (_I, [_I, _P, _P, ctypes.c_uint64]),
+    "bpf_map_delete_elem": (_I, [_I, _P]),
+    "bpf_map_get_next_key": (_I, [_I, _P, _P]),
+    "bpf_link_create": (_I, [_I, _I, _I, _P]),
+    "bpf_link_update": (_I, [_I, _I, _P]),
+    "bpf_link_detach": (_I, [_I]),
+    "bpf_xdp_attach": (_I, [_I, _I, _U32, _P]),
+    "bpf_xdp_detach": (_I, [_I, _U32, _P]),
+    "bpf_prog_test_run_opts": (_I, [_I, _P]),
+    "libbpf_num_possible_cpus": (_I, []),
+    "libbpf_set_print": (_P, [_PRINT_FN]),
+}
+
+_lib = None
+_libc = None
+_messages = []
+
+
+def _print_hook(level, fmt, args):
+    # va_list arrives as a pointer on x86_64 and aarch64; vsnprintf takes it as is.
+    buf = ctypes.create_string_buffer(4096)
+    _libc.vsnprintf(buf, len(buf), fmt, ctypes.c_void_p(args))
+    _messages.append(buf.value.decode("utf-8", "replace"))
+    return 0
+
+
+_print_cb = _PRINT_FN(_print_hook)
+
+
+def lib():
+    """Load libbpf once; raise ImportError when it is not installed."""
+    global _lib, _libc
+    if _lib is None:
+        try:
+            handle = ctypes.CDLL(LIBBPF_SONAME, use_errno=True)
+        except OSError as exc:
+            raise ImportError("cannot load %s: %s" % (LIBBPF_SONAME, exc))
+        for name, (restype, argtypes) in _SIGNATURES.items():
+            func = getattr(handle, name, None)
+            if func is None:
+                raise ImportError("%s lacks %s; libbpf >= 1.0 is required" % (LIBBPF_SONAME, name))
+            func.restype = restype
+            func.argtypes = argtypes
+        _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        _libc.vsnprintf.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p]
+        if platform.machine() in ("x86_64", "aarch64"):
+            handle.libbpf_set_print(_print_cb)
+        _lib = handle
+    return _lib
+
+
+def take_messages():
+    """Return and clear what libbpf printed since the last call."""
+    out = [m.rstrip("\n") for m in _messages]
+    del _messages[:]
+    return out
+
+
+def _check(ret, what):
+    """libbpf 1.x returns -errno and also sets errno."""
+    if ret is None or ret < 0:
+        err = -ret if ret else ctypes.get_errno()
+        raise BpfError(what, err)
+    return ret
+
+
+def _check_ptr(ptr, what):
+    if not ptr:
+        raise BpfError(what, ctypes.get_errno() or errno_mod.EINVAL,
+                       "\n".join(take_messages()))
+    return ptr
+
+
+def _name(raw):
+    return raw.decode("utf-8", "replace") if raw else ""
+
+
+def num_possible_cpus():
+    return _check(lib().libbpf_num_possible_cpus(), "cannot count possible CPUs")
+
+
+# ---------------------------------------------------------------- objects
+
+
+class BpfObject(object):
+    """An ELF object opened by libbpf; use as a context manager.
+
+    Closing the object closes its program and map fds; what was pinned or
+    attached through a link stays in the kernel.
+    """
+
+    def __init__(self, path):
+        self.path = path
+        lib()
+        take_messages()
+        self._obj = _check_ptr(lib().bpf_object__open_file(path.encode(), None),
+                               "libbpf cannot open %s" % path)
+        self._log_bufs = {}
+        self.loaded = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        if self._obj:
+            lib().bpf_object__close(self._obj)
+            self._obj = None
+
+    def _programs(self):
+        prog = lib().bpf_object__next_program(self._obj, None)
+        while prog:
+            yield prog
+            prog = lib().bpf_object__next_program(self._obj, prog)
+
+    def _maps(self):
+        m = lib().bpf_object__next_map(self._obj, None)
+        while m:
+            yield m
+            m = lib().bpf_object__next_map(self._obj, m)
+
+    def programs(self):
+        return [{
+            "name": _name(lib().bpf_program__name(p)),
+            "section": _name(lib().bpf_program__section_name(p)),
+            "type": PROG_TYPES.get(lib().bpf_program__type(p), str(lib().bpf_program__type(p))),
+        } for p in self._programs()]
+
+    def maps(self, internal=False):
+        out = []
+        for m in self._maps():
+            is_internal = bool(lib().bpf_map__is_internal(m))
+            if is_internal and not internal:
+                continue
+            mtype = lib().bpf_map__type(m)
+            out.append({
+                "name": _name(lib().bpf_map__name(m)),
+                "type": MAP_TYPES.get(mtype, str(mtype)),
+                "key_size": lib().bpf_map__key_size(m),
+                "value_size": lib().bpf_map__value_size(m),
+                "max_entries": lib().bpf_map__max_entries(m),
+            })
+        return out
+
+    def _find_program(self, name):
+        for p in self._programs():
+            if _name(lib().bpf_program__name(p)) == name:
+                return p
+        raise BpfError("program %r not found in %s; it has: %s" % (
+            name, self.path, ", ".join(p["name"] for p in self.programs()) or "none"))
+
+    def only_load(self, name):
+        """Load just the named program (others in the object stay out of the kernel)."""
+        wanted = self._find_program(name)
+        for p in self._programs():
+            lib().bpf_program__set_autoload(p, p == wanted)
+
+    def pin_maps(self, directory):
+        """Pin every user map at directory/NAME; libbpf reuses a compatible pin on load."""
+        for m in self._maps():
+            if lib().bpf_map__is_internal(m):
+                continue
+            path = os.path.join(directory, _name(lib().bpf_map__name(m)))
+            _check(lib().bpf_map__set_pin_path(m, path.encode()), "cannot set pin path %s" % path)
+
+    def set_constants(self, values):
+        """Write load-time settings (const volatile globals) into .rodata."""
+        if not values:
+            return
+        rodata = None
+        for m in self._maps():
+            if lib().bpf_map__is_internal(m) and _name(lib().bpf_map__name(m)).endswith(".rodata"):
+                rodata = m
+        variables = self._datasec_vars(".rodata") if rodata else {}
+        unknown = sorted(set(values) - set(variables))
+        if unknown:
+            raise BpfError("%s has no const volatile setting named %s; it has: %s" % (
+                self.path, ", ".join(unknown), ", ".join(sorted(variables)) or "none"))
+        size = ctypes.c_size_t()
+        base = _check_ptr(lib().bpf_map__initial_value(rodata, ctypes.byref(size)),
+                          "cannot reach .rodata of %s" % self.path)
+        for name, value in values.items():
+            offset, width = variables[name]
+            if isinstance(value, bool):
+                value = int(value)
+            try:
+                raw = int(value).to_bytes(width, "little", signed=int(value) < 0)
+            except (OverflowError, ValueError, TypeError):
+                raise BpfError("setting %s=%r does not fit its %d-byte variable" % (name, value, width))
+            ctypes.memmove(base + offset, raw, width)
+
+    def _datasec_vars(self, section):
+        btf = lib().bpf_object__btf(self._obj)
+        if not btf:
+            return {}
+        sec_id = lib().btf__find_by_name_kind(btf, section.encode(), BTF_KIND_DATASEC)
+        if sec_id < 0:
+            return {}
+        sec_addr = lib().btf__type_by_id(btf, sec_id)
+        sec = _BtfType.from_address(sec_addr)
+        out = {}
+        for i in range(sec.info & 0xffff):
+            info = _BtfVarSecinfo.from_address(sec_addr + ctypes.sizeof(_BtfType) + i * ctypes.sizeof(_BtfVarSecinfo))
+            var = _BtfType.from_address(lib().btf__type_by_id(btf, info.type))
+            out[_name(lib().btf__name_by_offset(btf, var.name_off))] = (info.offset, info.size)
+        return out
+
+    def load(self):
+        """Load into the kernel; a verifier rejection carries the verifier log."""
+        for p in self._programs():
+            buf = ctypes.create_string_buffer(1 << 20)
+            self._log_bufs[_name(lib().bpf_program__name(p))] = buf
+            # log_level stays 0: libbpf retries with logging only when the load fails.
+            lib().bpf_program__set_log_buf(p, buf, len(buf))
+        take_messages()
+        ret = lib().bpf_object__load(self._obj)
+        if ret < 0:
+            logs = [b.value.decode("utf-8", "replace") for b in self._log_bufs.values() if b.value]
+            messages = take_messages()
+            raise BpfError("the kernel rejected %s" % os.path.basename(self.path), -ret,
+                           "\n".join(logs) if logs else "\n".join(messages))
+        self.loaded = True
+
+    def program_fd(self, name):
+        return _check(lib().bpf_program__fd(self._find_program(name)), "program %s is not loaded" % name)
+
+    def map_fds(self):
+        return dict((_name(lib().bpf_map__name(m)), lib().bpf_map__fd(m))
+                    for m in self._maps() if not lib().bpf_map__is_internal(m))
+
+
+# ---------------------------------------------------------------- fds, pins, info
+
+
+def obj_get(path):
+    return _check(lib().bpf_obj_get(path.encode()), "cannot open pinned object %s" % path)
+
+
+def obj_pin(fd, path):
+    _check(lib().bpf_obj_pin(fd, path.encode()), "cannot pin at %s" % path)
+
+
+def prog_fd_by_id(prog_id):
+    return _check(lib().bpf_prog_get_fd_by_id(prog_id), "no BPF program with id %d" % prog_id)
+
+
+def map_fd_by_id(map_id):
+    return _check(lib().bpf_map_get_fd_by_id(map_id), "no BPF map with id %d" % map_id)
+
+
+def link_fd_by_id(link_id):
+    return _check(lib().bpf_link_get_fd_by_id(link_id), "no BPF link with id %d" % link_id)
+
+
+def _info(fd, struct):
+    info = struct()
+    size = _U32(ctypes.sizeof(info))
+    _check(lib().bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)),
+           "cannot read object info")
+    return info
+
+
+def prog_info(fd):
+    info = _info(fd, _ProgInfo)
+    nr_maps = info.nr_map_ids
+    map_ids = []
+    if nr_maps:
+        ids = (_U32 * nr_maps)()
+        again = _ProgInfo()
+        again.nr_map_ids = nr_maps
+        again.map_ids = ctypes.addressof(ids)
+        size = _U32(ctypes.sizeof(again))
+        _check(lib().bpf_obj_get_info_by_fd(fd, ctypes.byref(again), ctypes.byref(size)),
+               "cannot read program map ids")
+        map_ids = list(ids)[:min(nr_maps, again.nr_map_ids)]
+    return {
+        "id": info.id,
+        "name": _name(info.name),
+        "tag": bytes(info.tag).hex(),
+        "type": PROG_TYPES.get(info.type, str(info.type)),
+        "map_ids": map_ids,
+    }
+
+
+def map_info(fd):
+    info = _info(fd, _MapInfo)
+    return {
+        "id": info.id,
+        "name": _name(info.name),
+        "type": MAP_TYPES.get(info.type, str(info.type)),
+        "type_id": info.type,
+        "key_size": info.key_size,
+        "value_size": info.value_size,
+        "max_entries": info.max_entries,
+    }
+
+
+def link_info(fd):
+    info = _info(fd, _LinkInfo)
+    return {
+        "id": info.id,
+        "type": LINK_TYPES.get(info.type, str(info.type)),
+        "prog_id": info.prog_id,
+        "ifindex": info.ifindex,
+    }
+
+
+def link_ids():
+    """Every BPF link id in the system."""
+    out = []
+    cur = _U32(0)
+    nxt = _U32(0)
+    while lib().bpf_link_get_next_id(cur.value, ctypes.byref(nxt)) == 0:
+        out.append(nxt.value)
+        cur.value = nxt.value
+    return out
+
+
+def close(fd):
+    if fd is not None and fd >= 0:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------- maps
+
+
+def map_create(map_type, name, key_size, value_size, max_entries):
+    return _check(lib().bpf_map_create(map_type, name.encode(), key_size, value_size, max_entries, None),
+                  "cannot create map %s" % name)
+
+
+class MapHandle(object):
+    """Typed access to one map fd; per-CPU values come back as one entry per CPU."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.info = map_info(fd)
+        self.percpu = self.info["type_id"] in PERCPU_MAP_TYPES
+        self.ncpus = num_possible_cpus() if self.percpu else 1
+        # The kernel copies per-CPU values in 8-byte slots.
+        self.slot = (self.info["value_size"] + 7) // 8 * 8 if self.percpu else self.info["value_size"]
+
+    def _key(self, key):
+        return ctypes.create_string_buffer(bytes(key), self.info["key_size"])
+
+    def lookup(self, key):
+        """Raw value bytes (list of per-CPU bytes for per-CPU maps), or None."""
+        value = ctypes.create_string_buffer(self.slot * self.ncpus)
+        ret = lib().bpf_map_lookup_elem(self.fd, self._key(key), value)
+        if ret < 0:
+            if -ret == errno_mod.ENOENT:
+                return None
+            _check(ret, "lookup in map %s" % self.info["name"])
+        raw = value.raw
+        if self.percpu:
+            return [raw[i * self.slot:i * self.slot + self.info["value_size"]] for i in range(self.ncpus)]
+        return raw
+
+    def update(self, key, value, flags=0):
+        _check(lib().bpf_map_update_elem(self.fd, self._key(key),
+                                         ctypes.create_string_buffer(bytes(value), self.slot * self.ncpus),
+                                         flags),
+               "update in map %s" % self.info["name"])
+
+    def delete(self, key):
+        ret = lib().bpf_map_delete_elem(self.fd, self._key(key))
+        if ret < 0 and -ret != errno_mod.ENOENT:
+            _check(ret, "delete in map %s" % self.info["name"])
+        return ret == 0
+
+    def keys(self):
+        out = []
+        cur = None
+        nxt = ctypes.create_string_buffer(self.info["key_size"])
+        while True:
+            ret = lib().bpf_map_get_next_key(self.fd, cur, nxt)
+            if ret < 0:
+                if -ret == errno_mod.ENOENT:
+                    return out
+                _check(ret, "iterate map %s" % self.info["name"])
+            out.append(nxt.raw)
+            cur = ctypes.create_string_buffer(nxt.raw, self.info["key_size"])
+
+    def items(self):
+        for key in self.keys():
+            value = self.lookup(key)
+            if value is not None:
+                yield key, value
+
+
+# ---------------------------------------------------------------- attach
+
+
+def link_create(prog_fd, target, attach_type, flags=0):
+    opts = _LinkCreateOpts(sz=ctypes.sizeof(_LinkCreateOpts), flags=flags)
+    return _check(lib().bpf_link_create(prog_fd, target, attach_type, ctypes.byref(opts)),
+                  "cannot create link")
+
+
+def link_update(link_fd, prog_fd):
+    _check(lib().bpf_link_update(link_fd, prog_fd, None), "cannot update link")
+
+
+def link_detach(link_fd):
+    _check(lib().bpf_link_detach(link_fd), "cannot detach link")
+
+
+def xdp_attach_netlink(ifindex, prog_fd, flags, old_prog_fd=None):
+    """Netlink attach through libbpf; with old_prog_fd the kernel replaces atomically.
+
+    libbpf's netlink code is used rather than pyroute2's because pyroute2 0.7
+    encodes IFLA_XDP_FLAGS as a 16-bit big-endian value the kernel rejects.
+    """
+    opts = _XdpAttachOpts(sz=ctypes.sizeof(_XdpAttachOpts), old_prog_fd=old_prog_fd or 0)
+    if old_prog_fd is not None:
+        flags |= XDP_FLAGS_REPLACE
+    _check(lib().bpf_xdp_attach(ifindex, prog_fd, flags, ctypes.byref(opts)),
+           "cannot attach XDP program over netlink")
+
+
+def xdp_detach_netlink(ifindex, flags, old_prog_fd=None):
+    opts = _XdpAttachOpts(sz=ctypes.sizeof(_XdpAttachOpts), old_prog_fd=old_prog_fd or 0)
+    if old_prog_fd is not None:
+        flags |= XDP_FLAGS_REPLACE
+    _check(lib().bpf_xdp_detach(ifindex, flags, ctypes.byref(opts)), "cannot detach XDP program")
+
+
+def prog_test_run(prog_fd, data, repeat=1, flags=0, batch_size=0, ctx=None):
+    """BPF_PROG_TEST_RUN; returns (retval, average duration in ns)."""
+    data_buf = ctypes.create_string_buffer(bytes(data), len(data))
+    ctx_buf = ctypes.create_string_buffer(bytes(ctx), len(ctx)) if ctx else None
+    opts = _TestRunOpts(sz=ctypes.sizeof(_TestRunOpts),
+                        data_in=ctypes.addressof(data_buf), data_size_in=len(data),
+                        repeat=repeat, flags=flags, batch_size=batch_size)
+    if ctx_buf is not None:
+        opts.ctx_in = ctypes.addressof(ctx_buf)
+        opts.ctx_size_in = len(ctx)
+    _check(lib().bpf_prog_test_run_opts(prog_fd, ctypes.byref(opts)), "BPF_PROG_TEST_RUN failed")
+    return opts.retval, opts.duration

@@ -1,0 +1,71 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) ebpf.xdp contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Shared argument specs, dependency checks and error reporting.
+
+Private to the ebpf.xdp collection: the interface may change without notice.
+The option sets here are documented by the doc fragments of the same names
+in plugins/doc_fragments; change both together.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+from ansible.module_utils.basic import missing_required_lib
+
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _netlink, _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils._compile import CompileError
+
+# Documented by doc fragment ebpf.xdp.interface.
+INTERFACE_ARGS = dict(
+    interface=dict(type="str", required=True),
+    netns=dict(type="str"),
+)
+
+# Documented by doc fragment ebpf.xdp.pin_root.
+PIN_ROOT_ARGS = dict(
+    pin_root=dict(type="path", default=_pins.DEFAULT_PIN_ROOT),
+)
+
+
+def require_libraries(module, libbpf=True, pyroute2=True):
+    """Fail with missing_required_lib when a needed binding is absent."""
+    if pyroute2 and not _netlink.HAS_PYROUTE2:
+        module.fail_json(msg=missing_required_lib("pyroute2 (Debian: python3-pyroute2)"),
+                         exception=_netlink.PYROUTE2_IMPORT_ERROR)
+    if libbpf:
+        try:
+            _bpf.lib()
+        except ImportError as exc:
+            module.fail_json(msg=missing_required_lib("libbpf >= 1.0 (Debian: libbpf1)") + " " + str(exc),
+                             exception=traceback.format_exc())
+
+
+def require_privileges(module):
+    """BPF and netlink changes need root (CAP_BPF + CAP_NET_ADMIN); say so plainly."""
+    if os.geteuid() != 0:
+        module.fail_json(msg="ebpf.xdp modules need root (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN); "
+                             "run the task with become: true")
+
+
+KNOWN_ERRORS = (_bpf.BpfError, _netlink.NetlinkLookupError, _pins.PinError, CompileError, OSError)
+
+
+def fail_from(module, exc, **result):
+    """Turn a domain exception into fail_json with what a user can act on."""
+    details = dict(result)
+    if isinstance(exc, _bpf.BpfError):
+        if exc.errno is not None:
+            details["errno"] = exc.errno
+        if exc.log:
+            details["verifier_log_tail"] = exc.log_tail()
+            msg = "%s; last lines of the log:\n%s" % (exc, "\n".join(exc.log_tail(15)))
+            module.fail_json(msg=msg, **details)
+    if isinstance(exc, CompileError) and exc.output:
+        details["stderr_lines"] = exc.output.splitlines()
+        module.fail_json(msg="%s:\n%s" % (exc, exc.output.strip()), **details)
+    module.fail_json(msg=str(exc), **details)

@@ -1,0 +1,163 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) ebpf.xdp contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""clang invocation and a content-addressed object cache.
+
+Private to the ebpf.xdp collection: the interface may change without notice.
+
+The cache key covers the source text, the flags and the clang binary; the
+manifest stored with each entry lists every file the compiler read (from
+clang's own dependency output) with its hash, so a changed header is a miss
+even though it is not part of the key.  A hit runs no compiler at all.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sysconfig
+import tempfile
+
+DEFAULT_CACHE_DIR = "/var/cache/ebpf_xdp/objects"
+BASE_FLAGS = ["-target", "bpf", "-O2", "-g"]
+CACHE_FORMAT = 1
+
+
+class CompileError(Exception):
+    def __init__(self, message, output=""):
+        super(CompileError, self).__init__(message)
+        self.output = output
+
+
+def sha256_file(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 16), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def multiarch_include():
+    """Debian keeps asm/ under /usr/include/<triplet>; -target bpf does not look there."""
+    triplet = sysconfig.get_config_var("MULTIARCH")
+    path = os.path.join("/usr/include", triplet) if triplet else None
+    return [path] if path and os.path.isdir(path) else []
+
+
+def compile_argv(clang, src, out, include_dirs=(), defines=None, cflags=()):
+    argv = [clang] + BASE_FLAGS
+    for name, value in sorted((defines or {}).items()):
+        argv.append("-D%s" % name if value is None or value == "" else "-D%s=%s" % (name, value))
+    for directory in list(include_dirs) + multiarch_include():
+        argv += ["-I", directory]
+    argv += list(cflags)
+    argv += ["-c", src, "-o", out]
+    return argv
+
+
+def clang_identity(clang_path):
+    """Identify the compiler without running it: its resolved path, size and mtime."""
+    real = os.path.realpath(clang_path)
+    st = os.stat(real)
+    return "%s:%d:%d" % (real, st.st_size, int(st.st_mtime))
+
+
+def cache_key(src, clang_path, include_dirs, defines, cflags):
+    material = {
+        "format": CACHE_FORMAT,
+        "source": sha256_file(src),
+        "source_name": os.path.basename(src),
+        "clang": clang_identity(clang_path),
+        "include_dirs": [os.path.abspath(d) for d in include_dirs],
+        "defines": sorted((defines or {}).items()),
+        "cflags": list(cflags),
+    }
+    return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def parse_depfile(text):
+    """Files listed in a make-style dependency file written by clang -MD."""
+    body = text.replace("\\\n", " ")
+    _, _, deps = body.partition(": ")
+    files = []
+    for token in deps.replace("\\ ", "\0").split():
+        files.append(token.replace("\0", " "))
+    return files
+
+
+class ObjectCache(object):
+    def __init__(self, directory):
+        self.directory = directory
+
+    def paths(self, key):
+        base = os.path.join(self.directory, key[:2], key)
+        return base + ".o", base + ".json"
+
+    def lookup(self, key):
+        """The manifest of a valid entry, or None on a miss."""
+        obj, manifest_path = self.paths(key)
+        try:
+            with open(manifest_path) as handle:
+                manifest = json.load(handle)
+        except (OSError, ValueError):
+            return None
+        try:
+            for path, digest in manifest["deps"].items():
+                if sha256_file(path) != digest:
+                    return None
+            if sha256_file(obj) != manifest["sha256"]:
+                return None
+        except (OSError, KeyError):
+            return None
+        manifest["path"] = obj
+        return manifest
+
+    def build(self, key, run_command, argv_for):
+        """Compile into the cache; run_command(argv) -> (rc, out, err)."""
+        obj, manifest_path = self.paths(key)
+        directory = os.path.dirname(obj)
+        if not os.path.isdir(directory):
+            os.makedirs(directory, 0o755)
+        tmp = tempfile.mkdtemp(prefix=".build-", dir=directory)
+        try:
+            tmp_obj = os.path.join(tmp, "out.o")
+            depfile = os.path.join(tmp, "out.d")
+            argv = argv_for(tmp_obj) + ["-MD", "-MF", depfile]
+            rc, out, err = run_command(argv)
+            if rc != 0:
+                raise CompileError("clang failed to compile (exit %d)" % rc, err or out)
+            with open(depfile) as handle:
+                deps = parse_depfile(handle.read())
+            manifest = {
+                "argv": argv_for(obj),
+                "deps": dict((os.path.abspath(d), sha256_file(d)) for d in deps),
+                "sha256": sha256_file(tmp_obj),
+                "warnings": (err or "").strip(),
+            }
+            os.rename(tmp_obj, obj)
+            with open(manifest_path + ".tmp", "w") as handle:
+                json.dump(manifest, handle, indent=1, sort_keys=True)
+            os.rename(manifest_path + ".tmp", manifest_path)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        manifest["path"] = obj
+        return manifest
+
+
+def install(src, dest):
+    """Copy src to dest atomically (write a temporary file, then rename)."""
+    directory = os.path.dirname(os.path.abspath(dest))
+    fd, tmp = tempfile.mkstemp(prefix=".ebpf_xdp-", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
+            shutil.copyfileobj(inp, out)
+        os.chmod(tmp, 0o644)
+        os.rename(tmp, dest)
+    except Exception:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

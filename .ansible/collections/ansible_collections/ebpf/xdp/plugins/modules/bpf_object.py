@@ -1,0 +1,211 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) ebpf.xdp contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: bpf_object
+short_description: Compile BPF C into a BPF object, cached by content
+version_added: 0.1.0
+description:
+  - Compiles a C source with C(clang -target bpf -O2 -g) into a BTF-carrying ELF object that
+    M(ebpf.xdp.xdp_program) loads, and reports the programs and maps it contains.
+  - Compiled objects are kept in a content-addressed cache. The key covers the source, the flags and
+    the clang binary; every header clang read is recorded with its hash, so editing an included
+    header is a cache miss too. A cache hit runs no compiler and reports no change.
+  - Runs on the managed host or, with C(delegate_to), on the controller; the object can then be copied
+    to hosts that have no compiler.
+author:
+  - ebpf.xdp contributors
+requirements:
+  - clang (14 or newer) where the module runs
+  - libbpf >= 1.0 (C(libbpf.so.1)), to list the object's programs and maps
+options:
+  src:
+    description:
+      - Path of the BPF C source.
+    type: path
+    required: true
+  dest:
+    description:
+      - Where to put the object. It is replaced atomically, only when its content differs.
+      - When omitted, RV(path) is the object inside the cache.
+    type: path
+  include_dirs:
+    description:
+      - Extra directories for C(#include "...").
+      - The source's own directory, and its C(include/) subdirectory when there is one, are always searched.
+    type: list
+    elements: path
+    default: []
+  defines:
+    description:
+      - Preprocessor macros, name to value (an empty value defines the name only).
+    type: dict
+    default: {}
+  cflags:
+    description:
+      - Additional clang flags, appended after the collection's own.
+    type: list
+    elements: str
+    default: []
+  clang:
+    description:
+      - The compiler to run, a name looked up in C(PATH) or an absolute path.
+    type: str
+    default: clang
+  cache_dir:
+    description:
+      - Directory of the object cache.
+    type: path
+    default: /var/cache/ebpf_xdp/objects
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Check mode reports whether a compile or a copy would happen and compiles nothing.
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+seealso:
+  - module: ebpf.xdp.xdp_program
+"""
+
+EXAMPLES = r"""
+- name: Compile on the managed host
+  ebpf.xdp.bpf_object:
+    src: /opt/bpf/xdp_drop_count.bpf.c
+    dest: /var/lib/ebpf_xdp/xdp_drop_count.o
+    include_dirs:
+      - /opt/bpf/include
+  register: compiled
+
+- name: Compile on the controller once, then copy the object to the fleet
+  ebpf.xdp.bpf_object:
+    src: "{{ playbook_dir }}/bpf/my_filter.bpf.c"
+    dest: "{{ playbook_dir }}/build/my_filter.o"
+    defines:
+      MAX_RULES: 1024
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+path:
+  description: Path of the compiled object (O(dest), or the cache entry).
+  returned: success
+  type: str
+  sample: /var/lib/ebpf_xdp/xdp_drop_count.o
+sha256:
+  description: SHA-256 of the object.
+  returned: success
+  type: str
+cache_hit:
+  description: Whether the object came from the cache without running clang.
+  returned: success
+  type: bool
+programs:
+  description: Programs in the object.
+  returned: success
+  type: list
+  elements: dict
+  sample: [{name: xdp_drop_count, section: xdp, type: xdp}]
+maps:
+  description: Maps in the object (not the internal .rodata/.bss ones).
+  returned: success
+  type: list
+  elements: dict
+  sample: [{name: proto_count, type: percpu_array, key_size: 4, value_size: 8, max_entries: 256}]
+cmd:
+  description: The clang command line.
+  returned: success
+  type: list
+  elements: str
+stderr_lines:
+  description: clang's diagnostics when compilation failed.
+  returned: failure
+  type: list
+  elements: str
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _common, _compile
+
+
+def describe(path):
+    with _bpf.BpfObject(path) as obj:
+        return obj.programs(), obj.maps()
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            src=dict(type="path", required=True),
+            dest=dict(type="path"),
+            include_dirs=dict(type="list", elements="path", default=[]),
+            defines=dict(type="dict", default={}),
+            cflags=dict(type="list", elements="str", default=[]),
+            clang=dict(type="str", default="clang"),
+            cache_dir=dict(type="path", default=_compile.DEFAULT_CACHE_DIR),
+        ),
+        supports_check_mode=True,
+    )
+    _common.require_libraries(module, pyroute2=False)
+    p = module.params
+    if not os.path.isfile(p["src"]):
+        module.fail_json(msg="source %s does not exist" % p["src"])
+    clang = p["clang"] if os.path.isabs(p["clang"]) else module.get_bin_path(p["clang"])
+    if not clang or not os.path.exists(clang):
+        module.fail_json(msg="%s not found; install clang (the ebpf.xdp.toolchain role does)" % p["clang"])
+
+    src_dir = os.path.dirname(os.path.abspath(p["src"]))
+    include_dirs = [src_dir] + [d for d in [os.path.join(src_dir, "include")] if os.path.isdir(d)] + p["include_dirs"]
+    defines = dict((k, "" if v is None else str(v)) for k, v in p["defines"].items())
+
+    def argv_for(out):
+        return _compile.compile_argv(clang, p["src"], out, include_dirs, defines, p["cflags"])
+
+    cache = _compile.ObjectCache(p["cache_dir"])
+    key = _compile.cache_key(p["src"], clang, include_dirs, defines, p["cflags"])
+    entry = cache.lookup(key)
+    result = dict(changed=False, cache_hit=entry is not None)
+    dest = p["dest"]
+    before_sha = _compile.sha256_file(dest) if dest and os.path.isfile(dest) else None
+
+    if entry is None:
+        result["changed"] = True
+        if module.check_mode:
+            module.exit_json(path=dest or cache.paths(key)[0], cmd=argv_for(dest or "OBJECT"),
+                             diff=dict(before={"sha256": before_sha}, after={"sha256": "(compiled)"}), **result)
+        try:
+            entry = cache.build(key, module.run_command, argv_for)
+        except (_compile.CompileError, OSError) as exc:
+            _common.fail_from(module, exc, cmd=argv_for(dest or "OBJECT"), src=p["src"])
+        if entry["warnings"]:
+            module.warn("clang: " + entry["warnings"])
+
+    path = entry["path"]
+    if dest:
+        if before_sha != entry["sha256"]:
+            result["changed"] = True
+            if not module.check_mode:
+                _compile.install(entry["path"], dest)
+        path = dest
+
+    try:
+        programs, maps = describe(entry["path"])
+    except _bpf.BpfError as exc:
+        _common.fail_from(module, exc)
+    module.exit_json(path=path, sha256=entry["sha256"], programs=programs, maps=maps, cmd=entry["argv"],
+                     diff=dict(before={"sha256": before_sha}, after={"sha256": entry["sha256"]}), **result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) ebpf.xdp contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: xdp_program
+short_description: Attach an XDP program to a network interface
+version_added: 0.1.0
+description:
+  - Loads one XDP program from a compiled BPF object (see M(ebpf.xdp.bpf_object)) and attaches it to
+    an interface, natively (driver mode) or generically (skb mode).
+  - The program is attached through a pinned bpf_link, so it stays after the module exits. When the
+    object, program or load-time constants change, the new program replaces the old one atomically
+    (C(bpf_link_update)); the interface is never without a program.
+  - The program's maps are pinned by name in the attachment's pin directory and reused on every
+    reload, so counters and table contents survive an upgrade.
+  - A program that this collection did not attach is never replaced or removed unless O(force=true).
+  - Two runs are the same when the object's SHA-256, program name, constants and mode match the
+    ownership record and the recorded program is the one attached. A rebuilt object whose program has
+    the same kernel tag is also left alone.
+author:
+  - ebpf.xdp contributors
+requirements:
+  - libbpf >= 1.0 (C(libbpf.so.1)) on the managed host
+  - pyroute2 on the managed host
+  - root (C(CAP_BPF), C(CAP_NET_ADMIN), C(CAP_SYS_ADMIN)) and a mounted bpffs
+extends_documentation_fragment:
+  - ebpf.xdp.interface
+  - ebpf.xdp.pin_root
+options:
+  object:
+    description:
+      - Path of the compiled BPF object on the managed host. Required when O(state=present).
+    type: path
+  program:
+    description:
+      - Function name of the XDP program in O(object).
+      - May be omitted when the object holds exactly one XDP program.
+    type: str
+  mode:
+    description:
+      - V(native) attaches in the driver (fails when the driver has no XDP support).
+      - V(generic) attaches in the kernel's skb path; works on every interface, slower.
+      - V(auto) tries native and falls back to generic; RV(mode) reports which one was used.
+      - Changing the mode of an attached program detaches it before attaching again (the kernel has
+        no atomic mode switch); a warning says so.
+    type: str
+    choices: [native, generic, auto]
+    default: auto
+  constants:
+    description:
+      - Load-time settings written into the program's C(const volatile) globals before loading,
+        for example C({xdp_action: 2}) to make C(xdp_drop_count) pass instead of drop.
+      - Only integer and boolean values; unknown names are an error listing the known ones.
+    type: dict
+    default: {}
+  state:
+    description:
+      - V(present) attaches (or upgrades) the program; V(absent) detaches it and removes its pins.
+    type: str
+    choices: [present, absent]
+    default: present
+  force:
+    description:
+      - Replace (V(present)) or remove (V(absent)) an XDP program that this collection did not attach.
+    type: bool
+    default: false
+  keep_maps:
+    description:
+      - With O(state=absent), keep the pinned maps so a later attach continues with their contents.
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+    details:
+      - In check mode the program is still loaded into the kernel (without pinning or attaching it)
+        to compare its tag and to report verifier rejections; it is unloaded before the module exits.
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+notes:
+  - Use P(ebpf.xdp.xdp_facts#module) to read the attached programs and their counters.
+  - Upgrading an object whose maps changed type, key or value size fails, because libbpf refuses to
+    reuse an incompatible pinned map; remove the program with O(state=absent) first.
+seealso:
+  - module: ebpf.xdp.bpf_object
+  - module: ebpf.xdp.xdp_facts
+"""
+
+EXAMPLES = r"""
+- name: Compile the per-protocol counter
+  ebpf.xdp.bpf_object:
+    src: /opt/bpf/xdp_drop_count.bpf.c
+    dest: /var/lib/ebpf_xdp/xdp_drop_count.o
+  register: compiled
+
+- name: Count and drop everything arriving on eth1
+  ebpf.xdp.xdp_program:
+    interface: eth1
+    object: "{{ compiled.path }}"
+    program: xdp_drop_count
+    mode: native
+
+- name: Only count (XDP_PASS = 2), keeping the counters
+  ebpf.xdp.xdp_program:
+    interface: eth1
+    object: "{{ compiled.path }}"
+    program: xdp_drop_count
+    constants:
+      xdp_action: 2
+
+- name: Take over from a program attached by hand with ip link
+  ebpf.xdp.xdp_program:
+    interface: eth1
+    object: "{{ compiled.path }}"
+    force: true
+
+- name: Remove it inside a network namespace
+  ebpf.xdp.xdp_program:
+    interface: veth0
+    netns: blue
+    state: absent
+"""
+
+RETURN = r"""
+attached:
+  description: Whether a program is attached after the task.
+  returned: always
+  type: bool
+  sample: true
+interface:
+  description: Interface name.
+  returned: always
+  type: str
+  sample: eth1
+ifindex:
+  description: Interface index in its namespace.
+  returned: always
+  type: int
+  sample: 3
+netns:
+  description: The network namespace given, or null.
+  returned: always
+  type: str
+id:
+  description: Kernel id of the attached program.
+  returned: when attached
+  type: int
+  sample: 42
+name:
+  description: Program name as the kernel knows it (at most 15 characters).
+  returned: when attached
+  type: str
+  sample: xdp_drop_count
+tag:
+  description: Kernel tag (hash of the instructions) of the attached program.
+  returned: when attached
+  type: str
+  sample: 8a80a4514121157e
+mode:
+  description: Attach mode in effect, V(native) or V(generic).
+  returned: when attached
+  type: str
+  sample: native
+attach:
+  description: How the program is held, V(link) (pinned bpf_link) or V(netlink) (after a forced takeover).
+  returned: when attached and changed
+  type: str
+  sample: link
+link_id:
+  description: Kernel id of the bpf_link, when attached by link.
+  returned: when attached and changed
+  type: int
+  sample: 7
+maps:
+  description: Pinned maps of the program, name to pin path.
+  returned: when changed
+  type: dict
+  sample: {proto_count: /sys/fs/bpf/ebpf_xdp/host/eth1/xdp/maps/proto_count}
+pin_dir:
+  description: Pin directory of this attachment.
+  returned: always
+  type: str
+  sample: /sys/fs/bpf/ebpf_xdp/host/eth1/xdp
+verifier_log_tail:
+  description: Last lines of the verifier log when the kernel rejected the program.
+  returned: on verifier rejection
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.ebpf.xdp.plugins.module_utils import _common
+from ansible_collections.ebpf.xdp.plugins.module_utils._xdp import XdpError, XdpProgram
+
+
+def main():
+    argument_spec = dict(
+        object=dict(type="path"),
+        program=dict(type="str"),
+        mode=dict(type="str", choices=["native", "generic", "auto"], default="auto"),
+        constants=dict(type="dict", default={}),
+        state=dict(type="str", choices=["present", "absent"], default="present"),
+        force=dict(type="bool", default=False),
+        keep_maps=dict(type="bool", default=False),
+    )
+    argument_spec.update(_common.INTERFACE_ARGS)
+    argument_spec.update(_common.PIN_ROOT_ARGS)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
+                           required_if=[("state", "present", ["object"])])
+    _common.require_libraries(module)
+    _common.require_privileges(module)
+
+    manager = XdpProgram(module.params, module.check_mode)
+    try:
+        result = manager.run()
+    except (XdpError,) + _common.KNOWN_ERRORS as exc:
+        _common.fail_from(module, exc, interface=module.params["interface"], changed=False)
+    for warning in manager.warnings:
+        module.warn(warning)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

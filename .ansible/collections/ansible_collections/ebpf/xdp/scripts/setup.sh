@@ -1,0 +1,43 @@
+#!/bin/bash
+# Set-up for `make deploy` and `make test` on Debian 12 as root.
+# Every step checks before it acts, so a second run is fast and changes nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+APT_PACKAGES=(
+	clang llvm libbpf1 libbpf-dev bpftool iproute2 python3-pyroute2
+	python3-venv netbase rsync git make
+)
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
+		missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+	echo "setup: installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The venv is rebuilt only when requirements-dev.txt changes.
+stamp=.venv/.requirements.sha256
+want=$(sha256sum requirements-dev.txt | cut -d' ' -f1)
+if [[ ! -x .venv/bin/python || "$(cat "$stamp" 2>/dev/null)" != "$want" ]]; then
+	echo "setup: building .venv"
+	/usr/bin/python3 -m venv .venv
+	.venv/bin/pip install -q --disable-pip-version-check --upgrade pip
+	.venv/bin/pip install -q --disable-pip-version-check -r requirements-dev.txt
+	echo "$want" >"$stamp"
+fi
+
+# Ansible finds the collection in this checkout through a symlink.
+mkdir -p .build/collections/ansible_collections/ebpf
+ln -sfn "$ROOT" .build/collections/ansible_collections/ebpf/xdp
+
+# bpffs: the collection keeps its state there.
+if ! mountpoint -q /sys/fs/bpf; then
+	mount -t bpf bpf /sys/fs/bpf
+fi

@@ -160,6 +160,10 @@ def main():
     _common.require_libraries(module, pyroute2=False)
     p = module.params
     if not os.path.isfile(p["src"]):
+        if module.check_mode:
+            # An earlier task of the same run (a copy, say) would have created it.
+            module.warn("source %s does not exist yet; it would be compiled once it does" % p["src"])
+            module.exit_json(changed=True, path=p["dest"], cache_hit=False)
         module.fail_json(msg="source %s does not exist" % p["src"])
     clang = p["clang"] if os.path.isabs(p["clang"]) else module.get_bin_path(p["clang"])
     if not clang or not os.path.exists(clang):

@@ -186,6 +186,9 @@ class XdpProgram(object):
         return same and (self.p["mode"] == "auto" or mode == self.p["mode"])
 
     def _present(self, iface, att, prog_id, mode, record):
+        if not os.path.isfile(self.p["object"]) and self.check_mode:
+            self.warnings.append("object %s does not exist yet; it would be attached once it does" % self.p["object"])
+            return True, {"attached": True, "object": self.p["object"], "mode": self.p["mode"]}
         if not os.path.isfile(self.p["object"]):
             raise XdpError("object file %s does not exist; compile it with ebpf.xdp.bpf_object" % self.p["object"])
         desired = self._desired_record(sha256_file(self.p["object"]))

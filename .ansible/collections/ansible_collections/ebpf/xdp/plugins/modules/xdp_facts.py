@@ -1,0 +1,147 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) ebpf.xdp contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: xdp_facts
+short_description: XDP programs, maps and counters of a host as facts
+version_added: 0.1.0
+description:
+  - Sets C(ansible_facts.xdp) to the XDP programs attached to the host's interfaces, with their ids,
+    tags, attach mode, owner (C(ebpf.xdp) or C(unmanaged)), maps and counters.
+  - Counters are the entries of maps with 64-bit values (arrays and hashes, per-CPU or not), summed
+    over CPUs; zero entries are left out. Maps named C(proto_count), such as the one in
+    C(xdp_drop_count), are keyed by IP protocol and also reported by protocol name.
+  - With O(rate_interval), the module samples twice and adds per-second rates of every counter and of
+    the interface statistics.
+author:
+  - ebpf.xdp contributors
+requirements:
+  - libbpf >= 1.0 (C(libbpf.so.1)) and pyroute2 on the managed host
+  - root (reading BPF objects by id needs C(CAP_SYS_ADMIN))
+extends_documentation_fragment:
+  - ebpf.xdp.pin_root
+options:
+  interfaces:
+    description:
+      - Interfaces to report. By default every interface that has an XDP program attached.
+      - Naming an interface reports it even without a program (its C(xdp) is then null); naming one that
+        does not exist is an error.
+    type: list
+    elements: str
+    default: []
+  netns:
+    description:
+      - Network namespace under C(/run/netns) to read, instead of the one the module runs in.
+    type: str
+  rate_interval:
+    description:
+      - Seconds between two samples used to compute rates; V(0) takes one sample and no rates.
+    type: float
+    default: 0
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  facts:
+    support: full
+  idempotent:
+    support: full
+seealso:
+  - module: ebpf.xdp.xdp_program
+"""
+
+EXAMPLES = r"""
+- name: Read counters, with rates over two seconds
+  ebpf.xdp.xdp_facts:
+    rate_interval: 2
+
+- name: Show packets per IP protocol, like the kernel's xdp1 sample
+  ansible.builtin.debug:
+    msg: "proto {{ item.key }}: {{ item.value }} packets"
+  loop: "{{ ansible_facts.xdp.interfaces.eth1.xdp.counters.proto_count | dict2items }}"
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: Facts to add to ansible_facts.
+  returned: always
+  type: dict
+  contains:
+    xdp:
+      description: XDP state of the host (or of O(netns)).
+      returned: always
+      type: dict
+      contains:
+        netns:
+          description: The namespace key used in pin paths (C(host) for the initial namespace).
+          type: str
+          sample: host
+        rate_interval:
+          description: Measured seconds between the two samples.
+          type: float
+          returned: when O(rate_interval) is set
+        interfaces:
+          description:
+            - Interface name to its C(ifindex), C(mac), C(mtu), C(stats) (packet and byte counters),
+              C(rates) (with O(rate_interval)) and C(xdp).
+            - C(xdp) is null without a program, else a dict with C(id), C(name), C(tag), C(mode),
+              C(owner), C(maps) (each with C(id), C(name), C(type), C(key_size), C(value_size),
+              C(max_entries)), C(counters) (map name to key to total), C(protocols) (for
+              C(proto_count) maps), C(rates) and C(protocol_rates) (with O(rate_interval)), and for
+              programs attached by this collection C(object), C(object_sha256), C(program),
+              C(constants), C(attach) and C(link_id).
+          type: dict
+          sample:
+            eth0:
+              ifindex: 2
+              mac: "02:00:00:00:02:01"
+              mtu: 1500
+              stats: {rx_packets: 30, tx_packets: 0, rx_bytes: 1800, tx_bytes: 0, rx_dropped: 0, tx_dropped: 0}
+              xdp:
+                id: 42
+                name: xdp_drop_count
+                tag: 8a80a4514121157e
+                mode: native
+                owner: ebpf.xdp
+                maps: [{id: 7, name: proto_count, type: percpu_array, key_size: 4, value_size: 8, max_entries: 256}]
+                counters: {proto_count: {"6": 10, "17": 20}}
+                protocols: {tcp: 10, udp: 20}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _facts, _netlink
+
+
+def main():
+    argument_spec = dict(
+        interfaces=dict(type="list", elements="str", default=[]),
+        netns=dict(type="str"),
+        rate_interval=dict(type="float", default=0),
+    )
+    argument_spec.update(_common.PIN_ROOT_ARGS)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
+    _common.require_libraries(module)
+    _common.require_privileges(module)
+    p = module.params
+    if p["rate_interval"] < 0:
+        module.fail_json(msg="rate_interval must not be negative")
+    try:
+        with _netlink.netns(p["netns"]):
+            if p["rate_interval"]:
+                xdp = _facts.with_rates(p["pin_root"], p["netns"], p["interfaces"], p["rate_interval"])
+            else:
+                xdp = _facts.snapshot(p["pin_root"], p["netns"], p["interfaces"])
+    except _common.KNOWN_ERRORS as exc:
+        _common.fail_from(module, exc)
+    module.exit_json(changed=False, ansible_facts={"xdp": xdp})
+
+
+if __name__ == "__main__":
+    main()

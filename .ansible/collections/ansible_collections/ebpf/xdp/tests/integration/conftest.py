@@ -1,0 +1,154 @@
+"""Integration fixtures: real network namespaces, veth pairs and bpffs pins.
+
+Modules run through `ansible localhost -m ebpf.xdp.NAME`, the way a playbook
+runs them, with a chosen interpreter: Debian's /usr/bin/python3 (pyroute2
+0.7) and the venv's Python (pyroute2 0.9).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BPF_DIR = os.path.join(ROOT, "files", "bpf")
+SYSTEM_PYTHON = "/usr/bin/python3"
+VENV_PYTHON = sys.executable
+PIN_ROOT_BASE = "/sys/fs/bpf/ebpf_xdp_test"
+
+
+def sh(*argv, check=True):
+    return subprocess.run(argv, check=check, capture_output=True, text=True)
+
+
+class ModuleRunner(object):
+    def __init__(self, python, pin_root):
+        self.python = python
+        self.pin_root = pin_root
+
+    def __call__(self, module, args, check=False, diff=False, user=None, pin=True):
+        args = dict(args)
+        if pin and module in ("xdp_program", "xdp_facts"):
+            args.setdefault("pin_root", self.pin_root)
+        env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+                   ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+                   ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"),
+                   ANSIBLE_INVENTORY_UNPARSED_WARNING="false", ANSIBLE_LOCALHOST_WARNING="false")
+        argv = [os.path.join(os.path.dirname(VENV_PYTHON), "ansible"), "localhost", "-c", "local",
+                "-i", "localhost,", "-e", "ansible_python_interpreter=%s" % self.python,
+                "-m", "ebpf.xdp.%s" % module, "-a", json.dumps(args)]
+        if check:
+            argv.append("--check")
+        if diff:
+            argv.append("--diff")
+        prefix = []
+        if user:
+            tmp = "/tmp/ebpf_xdp_test_%s" % user
+            os.makedirs(tmp, exist_ok=True)
+            shutil.chown(tmp, user)
+            prefix = ["setpriv", "--reuid", user, "--regid", "nogroup", "--clear-groups"]
+            env.update(HOME=tmp, ANSIBLE_LOCAL_TEMP=tmp, ANSIBLE_REMOTE_TEMP=tmp)
+        proc = subprocess.run(prefix + argv, capture_output=True, text=True, env=env, cwd="/tmp")
+        try:
+            out = json.loads(proc.stdout)
+        except ValueError:
+            raise AssertionError("ansible printed no JSON:\n%s\n%s" % (proc.stdout, proc.stderr))
+        return out["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+@pytest.fixture(params=[SYSTEM_PYTHON, VENV_PYTHON], ids=["pyroute2-distro", "pyroute2-pypi"])
+def python(request):
+    return request.param
+
+
+@pytest.fixture
+def pin_root():
+    path = "%s/%s" % (PIN_ROOT_BASE, uuid.uuid4().hex[:8])
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def run(python, pin_root):
+    return ModuleRunner(python, pin_root)
+
+
+@pytest.fixture
+def run_distro(pin_root):
+    return ModuleRunner(SYSTEM_PYTHON, pin_root)
+
+
+class Pair(object):
+    """Two namespaces joined by a veth: tx/eth0 <-> rx/eth0, no IPv6, no ARP."""
+
+    def __init__(self):
+        tag = uuid.uuid4().hex[:6]
+        self.tx, self.rx = "xt%s-tx" % tag, "xt%s-rx" % tag
+        self.tx_mac, self.rx_mac = "02:00:00:aa:00:01", "02:00:00:aa:00:02"
+        self.tx_ip, self.rx_ip = "10.99.0.1", "10.99.0.2"
+
+    def up(self):
+        for ns in (self.tx, self.rx):
+            sh("ip", "netns", "add", ns)
+        sh("ip", "link", "add", "eth0", "netns", self.tx, "address", self.tx_mac, "type", "veth",
+           "peer", "name", "eth0", "netns", self.rx, "address", self.rx_mac)
+        for ns, ip in ((self.tx, self.tx_ip), (self.rx, self.rx_ip)):
+            sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
+            sh("ip", "-n", ns, "addr", "add", ip + "/24", "dev", "eth0")
+            sh("ip", "-n", ns, "link", "set", "eth0", "up")
+            sh("ip", "-n", ns, "link", "set", "lo", "up")
+
+    def down(self):
+        for ns in (self.tx, self.rx):
+            sh("ip", "netns", "del", ns, check=False)
+
+    def xdp_line(self, ns=None):
+        """What `ip link` shows of the XDP program on eth0 (the witness)."""
+        out = sh("ip", "-n", ns or self.rx, "-d", "link", "show", "eth0").stdout
+        return " ".join(line.strip() for line in out.splitlines() if "prog/xdp" in line)
+
+    def ip_in_receives(self):
+        """IP datagrams the receiver's stack has seen (Ip: InReceives)."""
+        lines = sh("ip", "netns", "exec", self.rx, "cat", "/proc/net/snmp").stdout.splitlines()
+        names, values = [line.split() for line in lines if line.startswith("Ip:")][:2]
+        return int(values[names.index("InReceives")])
+
+    def burst(self, run, count=50, protocols=("udp", "tcp")):
+        res = run("xdp_trafficgen", dict(interface="eth0", netns=self.tx, src_ip=self.tx_ip, dst_ip=self.rx_ip,
+                                         dst_mac=self.rx_mac, protocols=list(protocols), count=count))
+        assert not res.get("failed"), res
+        return res
+
+
+@pytest.fixture
+def pair():
+    p = Pair()
+    p.up()
+    yield p
+    p.down()
+
+
+@pytest.fixture(scope="session")
+def drop_obj(tmp_path_factory):
+    """xdp_drop_count compiled once for the session (by clang directly)."""
+    out = str(tmp_path_factory.mktemp("obj") / "xdp_drop_count.o")
+    sh("clang", "-target", "bpf", "-O2", "-g", "-I", os.path.join(BPF_DIR, "include"),
+       "-I", "/usr/include/x86_64-linux-gnu", "-c", os.path.join(BPF_DIR, "xdp_drop_count.bpf.c"), "-o", out)
+    return out
+
+
+def assert_rhythm(run, module, args):
+    """check -> run -> check -> run: changed, changed, not changed, not changed."""
+    first_check = run(module, args, check=True)
+    assert first_check.get("changed") is True and not first_check.get("failed"), first_check
+    first = run(module, args)
+    assert first.get("changed") is True and not first.get("failed"), first
+    second_check = run(module, args, check=True)
+    assert second_check.get("changed") is False and not second_check.get("failed"), second_check
+    second = run(module, args)
+    assert second.get("changed") is False and not second.get("failed"), second
+    return first, second

@@ -1,0 +1,44 @@
+# make deploy: set-up, then the lab and playbooks/deploy_xdp.yml
+# make test:   set-up, then every test
+SHELL := /bin/bash
+VENV := $(CURDIR)/.venv
+export PATH := $(VENV)/bin:$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.build/collections
+export ANSIBLE_FORCE_COLOR ?= 0
+PYTEST := $(VENV)/bin/python -m pytest
+
+.PHONY: setup deploy lab-up lab-down test unit integration sanity lint molecule clean
+
+setup:
+	@bash scripts/setup.sh
+
+deploy: setup
+	ansible-playbook playbooks/lab_up.yml playbooks/deploy_xdp.yml
+
+lab-up: setup
+	ansible-playbook playbooks/lab_up.yml
+
+lab-down: setup
+	ansible-playbook playbooks/lab_down.yml
+
+test: setup
+	$(MAKE) --no-print-directory unit integration sanity lint molecule
+
+unit:
+	$(PYTEST) -q tests/unit
+
+integration:
+	$(PYTEST) -q tests/integration
+
+sanity:
+	bash scripts/sanity.sh
+
+lint:
+	ansible-lint --profile production roles playbooks
+
+molecule: setup
+	bash scripts/molecule.sh
+
+clean:
+	rm -rf .build tests/output

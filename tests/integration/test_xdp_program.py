@@ -1,0 +1,263 @@
+"""ebpf.xdp.xdp_program against the real kernel, on veth in namespaces."""
+
+import os
+import subprocess
+
+import pytest
+
+from conftest import BPF_DIR, assert_rhythm, sh
+
+BAD_PROGRAM = r"""
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+SEC("xdp")
+int xdp_oob(struct xdp_md *ctx)
+{
+	unsigned char *data = (void *)(long)ctx->data;
+	/* No check against data_end: the verifier must refuse this. */
+	return data[20] == 1 ? XDP_DROP : XDP_PASS;
+}
+char _license[] SEC("license") = "GPL";
+"""
+
+TC_PROGRAM = r"""
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+SEC("tc")
+int tc_pass(struct __sk_buff *skb) { return 0; }
+char _license[] SEC("license") = "GPL";
+"""
+
+
+def compile_c(tmp_path, text, name):
+    src = tmp_path / (name + ".bpf.c")
+    src.write_text(text)
+    out = str(tmp_path / (name + ".o"))
+    sh("clang", "-target", "bpf", "-O2", "-g", "-I", "/usr/include/x86_64-linux-gnu", "-c", str(src), "-o", out)
+    return out
+
+
+def pins(pin_root):
+    found = []
+    for dirpath, dirnames, filenames in os.walk(pin_root):
+        found += [os.path.join(dirpath, f) for f in filenames]
+    return sorted(found)
+
+
+@pytest.mark.parametrize("mode", ["native", "generic"])
+def test_attach_rhythm_and_counts(run, pair, drop_obj, mode):
+    args = dict(interface="eth0", netns=pair.rx, object=drop_obj, program="xdp_drop_count", mode=mode)
+    first, second = assert_rhythm(run, "xdp_program", args)
+    assert first["mode"] == mode and second["id"] == first["id"]
+    # The witness agrees with what the module reported.
+    line = pair.xdp_line()
+    assert ("prog/xdp id %d" % first["id"]) in line, line
+    assert ("xdpgeneric" in sh("ip", "-n", pair.rx, "link", "show", "eth0").stdout) == (mode == "generic")
+
+    sent = pair.burst(run, count=40, protocols=("udp", "tcp", "icmp"))
+    facts = run("xdp_facts", dict(netns=pair.rx))["ansible_facts"]["xdp"]
+    prog = facts["interfaces"]["eth0"]["xdp"]
+    assert prog["id"] == first["id"] and prog["owner"] == "ebpf.xdp" and prog["mode"] == mode
+    assert prog["protocols"] == {"udp": 40, "tcp": 40, "icmp": 40}, (sent, prog)
+    assert prog["counters"]["proto_count"] == {"1": 40, "6": 40, "17": 40}
+    assert facts["interfaces"]["eth0"]["stats"]["rx_packets"] == 120
+    # Dropped by XDP: the receiver's IP stack never saw them.
+    assert pair.ip_in_receives() == 0
+
+
+def test_auto_picks_native_on_veth_and_generic_on_lo(run_distro, pair, drop_obj):
+    res = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj, mode="auto"))
+    assert res["changed"] and res["mode"] == "native", res
+    lo = run_distro("xdp_program", dict(interface="lo", netns=pair.rx, object=drop_obj, mode="auto"))
+    assert lo["changed"] and lo["mode"] == "generic", lo
+    again = run_distro("xdp_program", dict(interface="lo", netns=pair.rx, object=drop_obj, mode="auto"))
+    assert again["changed"] is False
+
+
+def test_upgrade_is_atomic_and_keeps_counters(run, pair, drop_obj):
+    base = dict(interface="eth0", netns=pair.rx, object=drop_obj, mode="native")
+    first = run("xdp_program", base)
+    pair.burst(run, count=10, protocols=("udp",))
+    # Switch to count-only (XDP_PASS = 2): a new program through the same link.
+    upgraded_args = dict(base, constants={"xdp_action": 2})
+    check = run("xdp_program", upgraded_args, check=True, diff=True)
+    assert check["changed"] and check["diff"]["before"]["constants"] == {}
+    upgraded = run("xdp_program", upgraded_args)
+    assert upgraded["changed"] and upgraded["id"] != first["id"]
+    assert upgraded["link_id"] == first["link_id"], "bpf_link_update keeps the link"
+    assert upgraded["maps"] == first["maps"]
+    pair.burst(run, count=10, protocols=("udp",))
+    prog = run("xdp_facts", dict(netns=pair.rx))["ansible_facts"]["xdp"]["interfaces"]["eth0"]
+    assert prog["xdp"]["protocols"]["udp"] == 20, "counters survive the upgrade"
+    assert pair.ip_in_receives() == 10, "the second program passes frames to the stack"
+    assert run("xdp_program", upgraded_args)["changed"] is False
+
+
+def test_mode_change_reattaches(run_distro, pair, drop_obj):
+    base = dict(interface="eth0", netns=pair.rx, object=drop_obj)
+    run_distro("xdp_program", dict(base, mode="native"))
+    res = run_distro("xdp_program", dict(base, mode="generic"))
+    assert res["changed"] and res["mode"] == "generic"
+    assert "xdpgeneric" in sh("ip", "-n", pair.rx, "link", "show", "eth0").stdout
+
+
+def test_absent_removes_everything(run, pair, drop_obj, pin_root):
+    run("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj))
+    assert pins(pin_root)
+    args = dict(interface="eth0", netns=pair.rx, state="absent")
+    first, _ = assert_rhythm(run, "xdp_program", args)
+    assert first["attached"] is False
+    assert pair.xdp_line() == ""
+    assert pins(pin_root) == []
+
+
+def test_absent_keep_maps_then_reattach_continues_counting(run_distro, pair, drop_obj, pin_root):
+    base = dict(interface="eth0", netns=pair.rx, object=drop_obj)
+    run_distro("xdp_program", base)
+    pair.burst(run_distro, count=5, protocols=("tcp",))
+    run_distro("xdp_program", dict(base, state="absent", keep_maps=True))
+    assert [os.path.basename(p) for p in pins(pin_root)] == ["proto_count"]
+    run_distro("xdp_program", base)
+    pair.burst(run_distro, count=5, protocols=("tcp",))
+    prog = run_distro("xdp_facts", dict(netns=pair.rx))["ansible_facts"]["xdp"]["interfaces"]["eth0"]["xdp"]
+    assert prog["protocols"] == {"tcp": 10}
+
+
+def test_attachment_outlives_the_module(run_distro, pair, drop_obj):
+    res = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj))
+    # The module process is gone; the kernel still runs the program through the pinned link.
+    out = sh("ip", "netns", "exec", pair.rx, "bpftool", "net", "show", "dev", "eth0").stdout
+    assert "id %d" % res["id"] in out, out
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def assert_untouched(pair, pin_root, expected_line=""):
+    assert pair.xdp_line() == expected_line
+    assert pins(pin_root) == [] if not expected_line else True
+
+
+def test_missing_interface(run, pair, drop_obj, pin_root):
+    res = run("xdp_program", dict(interface="nope0", netns=pair.rx, object=drop_obj))
+    assert res["failed"] and "'nope0' does not exist" in res["msg"], res
+    assert pins(pin_root) == []
+
+
+def test_missing_netns(run_distro, drop_obj, pin_root):
+    res = run_distro("xdp_program", dict(interface="eth0", netns="no-such-ns", object=drop_obj))
+    assert res["failed"] and "network namespace 'no-such-ns' does not exist" in res["msg"], res
+    assert pins(pin_root) == []
+
+
+def test_missing_object(run_distro, pair, pin_root):
+    res = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object="/nonexistent.o"))
+    assert res["failed"] and "does not exist" in res["msg"]
+    assert pins(pin_root) == []
+
+
+def test_wrong_program_name(run_distro, pair, drop_obj, pin_root):
+    res = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj, program="xdp_nope"))
+    assert res["failed"] and "'xdp_nope' is not in" in res["msg"] and "xdp_drop_count" in res["msg"], res
+    assert_untouched(pair, pin_root)
+
+
+def test_not_an_xdp_program(run_distro, pair, tmp_path, pin_root):
+    obj = compile_c(tmp_path, TC_PROGRAM, "tc_pass")
+    res = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=obj, program="tc_pass"))
+    assert res["failed"] and "not xdp" in res["msg"], res
+    assert_untouched(pair, pin_root)
+
+
+def test_unknown_constant(run_distro, pair, drop_obj, pin_root):
+    res = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj,
+                                         constants={"no_such_setting": 1}))
+    assert res["failed"] and "no_such_setting" in res["msg"] and "xdp_action" in res["msg"], res
+    assert_untouched(pair, pin_root)
+
+
+def test_unsupported_mode_value(run_distro, pair, drop_obj):
+    res = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj, mode="offload"))
+    assert res["failed"] and "value of mode must be one of" in res["msg"], res
+
+
+def test_native_on_a_driver_without_xdp(run_distro, pair, drop_obj, pin_root):
+    res = run_distro("xdp_program", dict(interface="lo", netns=pair.rx, object=drop_obj, mode="native"))
+    assert res["failed"] and "no native XDP support" in res["msg"], res
+    assert pins(pin_root) == []
+    assert "prog/xdp" not in sh("ip", "-n", pair.rx, "link", "show", "lo").stdout
+
+
+def test_verifier_rejection_keeps_the_old_program(run_distro, pair, drop_obj, tmp_path, pin_root):
+    good = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj))
+    before = pins(pin_root)
+    bad = compile_c(tmp_path, BAD_PROGRAM, "xdp_oob")
+    for check in (True, False):
+        res = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=bad), check=check)
+        assert res["failed"], res
+        assert "rejected" in res["msg"] and res["verifier_log_tail"], res
+        assert any("invalid access to packet" in line for line in res["verifier_log_tail"]), res
+    assert ("prog/xdp id %d" % good["id"]) in pair.xdp_line()
+    assert pins(pin_root) == before
+
+
+def test_verifier_rejection_on_first_attach_leaves_nothing(run_distro, pair, tmp_path, pin_root):
+    bad = compile_c(tmp_path, BAD_PROGRAM, "xdp_oob")
+    res = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=bad))
+    assert res["failed"] and res["verifier_log_tail"]
+    assert_untouched(pair, pin_root)
+    assert not os.path.exists(pin_root) or os.listdir(pin_root) == []
+
+
+def test_no_bpffs(run_distro, pair, drop_obj, tmp_path):
+    res = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj,
+                                         pin_root=str(tmp_path / "pins")))
+    assert res["failed"] and "not on a BPF filesystem" in res["msg"], res
+    assert pair.xdp_line() == ""
+    assert not (tmp_path / "pins").exists()
+
+
+def test_no_privileges(run_distro, pair, drop_obj, pin_root):
+    res = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj), user="nobody")
+    assert res["failed"] and "need root" in res["msg"], res
+    assert_untouched(pair, pin_root)
+
+
+def attach_foreign(pair, obj):
+    """Attach the way users do by hand today: ip link set ... xdp obj (netlink, no pins of ours)."""
+    sh("ip", "-n", pair.rx, "link", "set", "dev", "eth0", "xdpdrv", "obj", obj, "sec", "xdp")
+    line = pair.xdp_line()
+    assert "prog/xdp" in line
+    return line
+
+
+def test_foreign_program_is_left_alone(run, pair, drop_obj, pin_root):
+    line = attach_foreign(pair, drop_obj)
+    res = run("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj))
+    assert res["failed"] and "did not attach" in res["msg"] and "force: true" in res["msg"], res
+    absent = run("xdp_program", dict(interface="eth0", netns=pair.rx, state="absent"))
+    assert absent["changed"] is False and "not managed by ebpf.xdp" in " ".join(absent.get("warnings", []))
+    facts = run("xdp_facts", dict(netns=pair.rx))["ansible_facts"]["xdp"]
+    assert facts["interfaces"]["eth0"]["xdp"]["owner"] == "unmanaged"
+    assert pair.xdp_line() == line
+    assert pins(pin_root) == []
+
+
+def test_force_takes_over_a_netlink_program_atomically(run_distro, pair, drop_obj, pin_root):
+    attach_foreign(pair, drop_obj)
+    args = dict(interface="eth0", netns=pair.rx, object=drop_obj, force=True, mode="native")
+    res = run_distro("xdp_program", args)
+    assert res["changed"] and res["attach"] == "netlink", res
+    assert run_distro("xdp_program", args)["changed"] is False
+    # An upgrade of a netlink-held program replaces it with XDP_FLAGS_REPLACE.
+    up = run_distro("xdp_program", dict(args, constants={"xdp_action": 2}))
+    assert up["changed"] and up["attach"] == "netlink" and up["id"] != res["id"]
+    assert ("prog/xdp id %d" % up["id"]) in pair.xdp_line()
+    gone = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, state="absent"))
+    assert gone["changed"] and pair.xdp_line() == "" and pins(pin_root) == []
+
+
+def test_force_removes_a_foreign_program(run_distro, pair, drop_obj):
+    attach_foreign(pair, drop_obj)
+    res = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, state="absent", force=True))
+    assert res["changed"] and pair.xdp_line() == ""

@@ -34,7 +34,8 @@ cat >"$get_pip" <<PY
 # Written by ebpf.xdp scripts/sanity.sh in place of get-pip.py.
 import runpy, sys
 sys.path.insert(0, "$bootstrap_pip")
-sys.argv = ["pip", "install"] + sys.argv[1:]
+# get-pip.py options that pip install does not know.
+sys.argv = ["pip", "install"] + [a for a in sys.argv[1:] if a not in ("--no-setuptools", "--no-wheel")]
 runpy.run_module("pip", run_name="__main__", alter_sys=True)
 PY
 work=$(mktemp -d /tmp/ebpf_xdp_sanity.XXXXXX)

@@ -37,19 +37,17 @@ def checksum(data):
 
 
 def _l4(protocol, src_ip, dst_ip, src_port, dst_port, payload):
-    if protocol == "udp":
-        length = 8 + len(payload)
-        header = struct.pack("!HHHH", src_port, dst_port, length, 0)
-    elif protocol == "tcp":
-        length = 20 + len(payload)
-        # A SYN: what a connection attempt looks like on the wire.
-        header = struct.pack("!HHIIBBHHH", src_port, dst_port, 1, 0, 5 << 4, 0x02, 65535, 0, 0)
-    elif protocol == "icmp":
+    if protocol == "icmp":
         header = struct.pack("!BBHHH", 8, 0, 0, 0x4242, 1)  # echo request
         csum = checksum(header + payload)
         return header[:2] + struct.pack("!H", csum) + header[4:] + payload
+    if protocol == "udp":
+        length = 8 + len(payload)
+        header = struct.pack("!HHHH", src_port, dst_port, length, 0)
     else:
-        raise ValueError("unsupported protocol %r" % protocol)
+        length = 20 + len(payload)
+        # A SYN: what a connection attempt looks like on the wire.
+        header = struct.pack("!HHIIBBHHH", src_port, dst_port, 1, 0, 5 << 4, 0x02, 65535, 0, 0)
     pseudo = socket.inet_aton(src_ip) + socket.inet_aton(dst_ip) + struct.pack("!BBH", 0, PROTOCOLS[protocol], length)
     csum = checksum(pseudo + header + payload) or 0xFFFF
     offset = 6 if protocol == "udp" else 16
@@ -58,6 +56,8 @@ def _l4(protocol, src_ip, dst_ip, src_port, dst_port, payload):
 
 def build_frame(protocol, src_mac, dst_mac, src_ip, dst_ip, src_port=9, dst_port=9, size=MIN_FRAME, vlan=None):
     """One Ethernet frame of `size` bytes (padded to the 60-byte minimum)."""
+    if protocol not in PROTOCOLS:
+        raise ValueError("unsupported protocol %r" % protocol)
     eth = mac_bytes(dst_mac) + mac_bytes(src_mac)
     if vlan is not None:
         eth += struct.pack("!HH", ETH_P_8021Q, vlan & 0x0FFF)

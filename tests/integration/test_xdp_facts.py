@@ -1,0 +1,49 @@
+"""ebpf.xdp.xdp_facts: programs, maps and counters read from the kernel."""
+
+import subprocess
+import sys
+import time
+
+from conftest import ROOT, SYSTEM_PYTHON
+
+
+def test_facts_of_an_empty_namespace(run, pair):
+    facts = run("xdp_facts", dict(netns=pair.rx))
+    assert facts["changed"] is False
+    assert facts["ansible_facts"]["xdp"] == {"netns": pair.rx, "interfaces": {}}
+    named = run("xdp_facts", dict(netns=pair.rx, interfaces=["eth0"]))["ansible_facts"]["xdp"]
+    assert named["interfaces"]["eth0"]["xdp"] is None
+    assert named["interfaces"]["eth0"]["mac"] == pair.rx_mac
+
+
+def test_missing_interface_and_netns(run_distro, pair):
+    res = run_distro("xdp_facts", dict(netns=pair.rx, interfaces=["eth9"]))
+    assert res["failed"] and "eth9 does not exist" in res["msg"]
+    res = run_distro("xdp_facts", dict(netns="no-such-ns"))
+    assert res["failed"] and "'no-such-ns' does not exist" in res["msg"]
+
+
+def test_rates_from_two_samples(run_distro, pair, drop_obj):
+    run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj))
+    # A steady 2000 frames/s for ~3 s from the sender while the facts sample for 1 s.
+    sender = subprocess.Popen([
+        SYSTEM_PYTHON, "-c",
+        "import sys; sys.path.insert(0, %r); "
+        "from ansible_collections.ebpf.xdp.plugins.module_utils import _frames, _netlink\n"
+        "with _netlink.netns(%r):\n"
+        "    f = _frames.build_frame('udp', %r, %r, %r, %r)\n"
+        "    _frames.send('eth0', [f], 6000, rate=2000)\n"
+        % (ROOT + "/.build/collections", pair.tx, pair.tx_mac, pair.rx_mac, pair.tx_ip, pair.rx_ip)])
+    try:
+        time.sleep(0.5)
+        facts = run_distro("xdp_facts", dict(netns=pair.rx, rate_interval=1))["ansible_facts"]["xdp"]
+    finally:
+        sender.wait()
+    prog = facts["interfaces"]["eth0"]["xdp"]
+    assert 0.9 <= facts["rate_interval"] <= 2.0
+    rate = prog["protocol_rates"]["udp"]
+    assert 1000 <= rate <= 3000, prog
+    assert prog["rates"]["proto_count"]["17"] == rate
+    assert 1000 <= facts["interfaces"]["eth0"]["rates"]["stats"]["rx_packets"] <= 3000
+    final = run_distro("xdp_facts", dict(netns=pair.rx))["ansible_facts"]["xdp"]
+    assert final["interfaces"]["eth0"]["xdp"]["protocols"] == {"udp": 6000}

@@ -1,0 +1,57 @@
+"""Cache keys, dependency files and argv: the pure parts of _compile."""
+
+import os
+
+from ansible_collections.ebpf.xdp.plugins.module_utils import _compile
+
+
+def test_parse_depfile_with_continuations_and_spaces():
+    text = "out.o: /src/a.bpf.c /usr/include/linux/bpf.h \\\n  /src/include/my\\ header.h \\\n  /x.h\n"
+    assert _compile.parse_depfile(text) == ["/src/a.bpf.c", "/usr/include/linux/bpf.h",
+                                            "/src/include/my header.h", "/x.h"]
+
+
+def test_cache_key_depends_on_source_flags_and_compiler(tmp_path):
+    src = tmp_path / "a.bpf.c"
+    src.write_text("int x;\n")
+    clang = tmp_path / "clang"
+    clang.write_text("#!/bin/sh\n")
+    base = _compile.cache_key(str(src), str(clang), [], {}, [])
+    assert base == _compile.cache_key(str(src), str(clang), [], {}, [])
+    assert base != _compile.cache_key(str(src), str(clang), [], {"A": "1"}, [])
+    assert base != _compile.cache_key(str(src), str(clang), [], {}, ["-mcpu=v3"])
+    assert base != _compile.cache_key(str(src), str(clang), [str(tmp_path)], {}, [])
+    src.write_text("int y;\n")
+    changed_source = _compile.cache_key(str(src), str(clang), [], {}, [])
+    assert changed_source != base
+    clang.write_text("#!/bin/sh\n# another build\n")
+    assert _compile.cache_key(str(src), str(clang), [], {}, []) != changed_source
+
+
+def test_compile_argv_orders_defines_and_includes():
+    argv = _compile.compile_argv("clang", "a.c", "a.o", ["/inc"], {"B": "2", "A": ""}, ["-Wall"])
+    assert argv[:5] == ["clang", "-target", "bpf", "-O2", "-g"]
+    assert argv[5:7] == ["-DA", "-DB=2"]
+    assert argv[7:9] == ["-I", "/inc"]
+    assert argv[-5:] == ["-Wall", "-c", "a.c", "-o", "a.o"]
+
+
+def test_cache_lookup_detects_a_changed_dependency(tmp_path):
+    cache = _compile.ObjectCache(str(tmp_path / "cache"))
+    header = tmp_path / "h.h"
+    header.write_text("#define X 1\n")
+
+    def fake_clang(argv):
+        out = argv[argv.index("-o") + 1]
+        with open(out, "w") as handle:
+            handle.write("object")
+        with open(argv[argv.index("-MF") + 1], "w") as handle:
+            handle.write("%s: %s\n" % (out, header))
+        return 0, "", ""
+
+    entry = cache.build("ab" * 32, fake_clang, lambda out: ["clang", "-c", "x.c", "-o", out])
+    assert os.path.exists(entry["path"])
+    assert cache.lookup("ab" * 32)["sha256"] == entry["sha256"]
+    header.write_text("#define X 2\n")
+    assert cache.lookup("ab" * 32) is None
+    assert cache.lookup("cd" * 32) is None

@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # ansible-test needs the collection at ansible_collections/ebpf/xdp; copy the
 # files git knows about (tracked or new, not ignored) into such a tree, outside
 # this checkout (ansible-test would otherwise see the checkout's git instead).

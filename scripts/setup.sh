@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/usr/bin/env bash
 # Set-up for `make deploy` and `make test` on Debian 12 as root.
 # Every step checks before it acts, so a second run is fast and changes nothing.
 set -euo pipefail

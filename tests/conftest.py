@@ -5,7 +5,6 @@ they do under ansible-test, so install it for plain pytest too.
 """
 
 import os
-import sys
 
 from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder
 

@@ -82,7 +82,7 @@ def cache_key(src, clang_path, include_dirs, defines, cflags):
 def parse_depfile(text):
     """Files listed in a make-style dependency file written by clang -MD."""
     body = text.replace("\\\n", " ")
-    _, _, deps = body.partition(": ")
+    deps = body.partition(": ")[2]
     files = []
     for token in deps.replace("\\ ", "\0").split():
         files.append(token.replace("\0", " "))

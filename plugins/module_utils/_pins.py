@@ -139,7 +139,7 @@ class Attachment(object):
 
 def prune_empty(path, levels):
     """Remove path and up to `levels - 1` parents while they are empty."""
-    for _ in range(levels):
+    for _level in range(levels):
         try:
             os.rmdir(path)
         except OSError as exc:

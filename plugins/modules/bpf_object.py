@@ -19,7 +19,7 @@ description:
   - Runs on the managed host or, with C(delegate_to), on the controller; the object can then be copied
     to hosts that have no compiler.
 author:
-  - ebpf.xdp contributors
+  - ebpf.xdp developers (@ebpf-xdp)
 requirements:
   - clang (14 or newer) where the module runs
   - libbpf >= 1.0 (C(libbpf.so.1)), to list the object's programs and maps
@@ -64,12 +64,15 @@ options:
     default: /var/cache/ebpf_xdp/objects
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details:
       - Check mode reports whether a compile or a copy would happen and compiles nothing.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
   idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
 seealso:
   - module: ebpf.xdp.xdp_program

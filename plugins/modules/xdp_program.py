@@ -23,7 +23,7 @@ description:
     ownership record and the recorded program is the one attached. A rebuilt object whose program has
     the same kernel tag is also left alone.
 author:
-  - ebpf.xdp contributors
+  - ebpf.xdp developers (@ebpf-xdp)
 requirements:
   - libbpf >= 1.0 (C(libbpf.so.1)) on the managed host
   - pyroute2 on the managed host
@@ -53,8 +53,8 @@ options:
     default: auto
   constants:
     description:
-      - Load-time settings written into the program's C(const volatile) globals before loading,
-        for example C({xdp_action: 2}) to make C(xdp_drop_count) pass instead of drop.
+      - "Load-time settings written into the program's C(const volatile) globals before loading,
+        for example C({xdp_action: 2}) to make C(xdp_drop_count) pass instead of drop."
       - Only integer and boolean values; unknown names are an error listing the known ones.
     type: dict
     default: {}
@@ -76,13 +76,16 @@ options:
     default: false
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details:
       - In check mode the program is still loaded into the kernel (without pinning or attaching it)
         to compare its tag and to report verifier rejections; it is unloaded before the module exits.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
   idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
 notes:
   - Use P(ebpf.xdp.xdp_facts#module) to read the attached programs and their counters.

@@ -18,7 +18,7 @@ description:
     in check mode it builds the frames and sends nothing.
   - Only send to addresses of networks you own, such as the collection's lab namespaces.
 author:
-  - ebpf.xdp contributors
+  - ebpf.xdp developers (@ebpf-xdp)
 requirements:
   - pyroute2 on the managed host; root (C(CAP_NET_RAW))
 extends_documentation_fragment:
@@ -73,10 +73,13 @@ options:
     default: 0
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details:
       - It sends frames on every run but changes no state, so it never reports a change.

@@ -52,7 +52,7 @@ class ModuleRunner(object):
             shutil.chown(tmp, user)
             prefix = ["setpriv", "--reuid", user, "--regid", "nogroup", "--clear-groups"]
             env.update(HOME=tmp, ANSIBLE_LOCAL_TEMP=tmp, ANSIBLE_REMOTE_TEMP=tmp)
-        proc = subprocess.run(prefix + argv, capture_output=True, text=True, env=env, cwd="/tmp")
+        proc = subprocess.run(prefix + argv, capture_output=True, text=True, env=env, cwd="/tmp", check=False)
         try:
             out = json.loads(proc.stdout)
         except ValueError:

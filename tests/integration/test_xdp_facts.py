@@ -1,7 +1,6 @@
 """ebpf.xdp.xdp_facts: programs, maps and counters read from the kernel."""
 
 import subprocess
-import sys
 import time
 
 from conftest import ROOT, SYSTEM_PYTHON

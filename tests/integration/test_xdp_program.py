@@ -1,11 +1,10 @@
 """ebpf.xdp.xdp_program against the real kernel, on veth in namespaces."""
 
 import os
-import subprocess
 
 import pytest
 
-from conftest import BPF_DIR, assert_rhythm, sh
+from conftest import assert_rhythm, sh
 
 BAD_PROGRAM = r"""
 #include <linux/bpf.h>
@@ -13,9 +12,9 @@ BAD_PROGRAM = r"""
 SEC("xdp")
 int xdp_oob(struct xdp_md *ctx)
 {
-	unsigned char *data = (void *)(long)ctx->data;
-	/* No check against data_end: the verifier must refuse this. */
-	return data[20] == 1 ? XDP_DROP : XDP_PASS;
+    unsigned char *data = (void *)(long)ctx->data;
+    /* No check against data_end: the verifier must refuse this. */
+    return data[20] == 1 ? XDP_DROP : XDP_PASS;
 }
 char _license[] SEC("license") = "GPL";
 """
@@ -105,7 +104,7 @@ def test_absent_removes_everything(run, pair, drop_obj, pin_root):
     run("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj))
     assert pins(pin_root)
     args = dict(interface="eth0", netns=pair.rx, state="absent")
-    first, _ = assert_rhythm(run, "xdp_program", args)
+    first = assert_rhythm(run, "xdp_program", args)[0]
     assert first["attached"] is False
     assert pair.xdp_line() == ""
     assert pins(pin_root) == []

@@ -23,7 +23,7 @@ lab-down: setup
 	ansible-playbook playbooks/lab_down.yml
 
 test: setup
-	$(MAKE) --no-print-directory unit integration sanity lint molecule
+	$(MAKE) --no-print-directory unit integration sanity lint
 
 unit:
 	$(PYTEST) -q tests/unit

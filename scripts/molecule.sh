@@ -54,7 +54,7 @@ build_image() {
 	# built; the toolchain role updates the lists itself.
 	rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/*_* \
 		"$dir"/var/log/*.log "$dir".log
-	tar -C "$dir" -c . | podman import \
+	tar -C "$dir" -c . | podman import --quiet \
 		--change "LABEL $HASH_LABEL=$1" \
 		--change 'CMD ["sleep", "infinity"]' \
 		- "$IMAGE" >/dev/null

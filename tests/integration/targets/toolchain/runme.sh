@@ -2,6 +2,9 @@
 # The four-step rhythm on a scratch bpffs path (the host's /sys/fs/bpf is
 # left alone): check mode, apply, check mode again, apply again. The last two
 # must change nothing.
+# Run with `ansible-test integration toolchain --local --allow-destructive
+# --allow-root`, or directly with ANSIBLE_COLLECTIONS_PATH pointing at the
+# collection (.build/collections in a checkout).
 set -euo pipefail
 shopt -s inherit_errexit
 cd "$(dirname "$0")"

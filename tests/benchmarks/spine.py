@@ -1,0 +1,112 @@
+#!/usr/bin/env python
+"""Side-by-side timings for the spine, as ratios (the machines are shared and noisy).
+
+    make lab-up && .venv/bin/python tests/benchmarks/spine.py [--rounds 5]
+
+1. bpf_object: cache miss (empty cache) vs cache hit, through Ansible.
+2. A no-op xdp_program run vs ansible.builtin.ping on the same lab host.
+Each pair runs alternately, round after round, and the medians are compared.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ANSIBLE = os.path.join(ROOT, ".venv", "bin", "ansible")
+SRC = os.path.join(ROOT, "files", "bpf", "xdp_drop_count.bpf.c")
+ENV = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+           ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"))
+
+
+def timed(argv):
+    start = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=ROOT, check=False)
+    elapsed = time.monotonic() - start
+    if proc.returncode != 0:
+        raise SystemExit("failed: %s\n%s%s" % (" ".join(argv), proc.stdout, proc.stderr))
+    return elapsed
+
+
+def adhoc(host, module, args):
+    return [ANSIBLE, host, "-m", module, "-a", json.dumps(args) if isinstance(args, dict) else args]
+
+
+def pair(name_a, argv_a, name_b, argv_b, rounds, before_a=None):
+    a, b = [], []
+    for _ in range(rounds):
+        if before_a:
+            before_a()
+        a.append(timed(argv_a()))
+        b.append(timed(argv_b()))
+    ma, mb = statistics.median(a), statistics.median(b)
+    print("%-34s median %6.3f s   (min %.3f, max %.3f)" % (name_a, ma, min(a), max(a)))
+    print("%-34s median %6.3f s   (min %.3f, max %.3f)" % (name_b, mb, min(b), max(b)))
+    print("%-34s %.2f" % ("ratio", ma / mb))
+    print()
+
+
+def compile_in_process(rounds):
+    """The compile layer alone, without Ansible's per-task start-up cost."""
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, ".build", "collections"))
+    from ansible_collections.ebpf.xdp.plugins.module_utils import _compile
+
+    def run_command(argv):
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    clang = shutil.which("clang")
+    include = [os.path.dirname(SRC), os.path.join(os.path.dirname(SRC), "include")]
+    miss, hit = [], []
+    for _round in range(rounds * 4):
+        cache_dir = tempfile.mkdtemp(prefix="ebpf_xdp_bench_cache.")
+        try:
+            cache = _compile.ObjectCache(cache_dir)
+            start = time.monotonic()
+            key = _compile.cache_key(SRC, clang, include, {}, [])
+            if cache.lookup(key) is None:
+                cache.build(key, run_command, lambda out: _compile.compile_argv(clang, SRC, out, include))
+            miss.append(time.monotonic() - start)
+            start = time.monotonic()
+            key = _compile.cache_key(SRC, clang, include, {}, [])
+            assert cache.lookup(key) is not None
+            hit.append(time.monotonic() - start)
+        finally:
+            shutil.rmtree(cache_dir, ignore_errors=True)
+    mm, mh = statistics.median(miss), statistics.median(hit)
+    print("%-34s median %6.1f ms" % ("compile layer, cache miss", mm * 1000))
+    print("%-34s median %6.1f ms" % ("compile layer, cache hit", mh * 1000))
+    print("%-34s %.1f" % ("ratio", mm / mh))
+    print()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    rounds = parser.parse_args().rounds
+
+    compile_in_process(rounds)
+    cache = tempfile.mkdtemp(prefix="ebpf_xdp_bench_cache.")
+    try:
+        compile_args = dict(src=SRC, cache_dir=cache)
+        pair("bpf_object, cache miss", lambda: adhoc("receiver", "ebpf.xdp.bpf_object", compile_args),
+             "bpf_object, cache hit", lambda: adhoc("receiver", "ebpf.xdp.bpf_object", compile_args),
+             rounds, before_a=lambda: shutil.rmtree(cache, ignore_errors=True))
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+    noop = dict(interface="eth0", object="/var/lib/ebpf_xdp/objects/xdp_drop_count.o",
+                program="xdp_drop_count", mode="native")
+    pair("xdp_program no-op (receiver)", lambda: adhoc("receiver", "ebpf.xdp.xdp_program", noop),
+         "ansible.builtin.ping (receiver)", lambda: adhoc("receiver", "ansible.builtin.ping", ""),
+         rounds)
+
+
+if __name__ == "__main__":
+    main()

@@ -30,6 +30,7 @@ unit:
 
 integration:
 	$(PYTEST) -q tests/integration
+	@bash tests/integration/targets/toolchain/runme.sh 2>.build/toolchain-test.log || { cat .build/toolchain-test.log; exit 1; }
 
 sanity:
 	bash scripts/sanity.sh

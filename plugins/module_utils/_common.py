@@ -45,11 +45,30 @@ def require_libraries(module, libbpf=True, pyroute2=True):
                              exception=traceback.format_exc())
 
 
-def require_privileges(module):
-    """BPF and netlink changes need root (CAP_BPF + CAP_NET_ADMIN); say so plainly."""
-    if os.geteuid() != 0:
-        module.fail_json(msg="ebpf.xdp modules need root (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN); "
-                             "run the task with become: true")
+CAPABILITIES = {"CAP_NET_ADMIN": 12, "CAP_NET_RAW": 13, "CAP_SYS_ADMIN": 21, "CAP_BPF": 39}
+BPF_CAPABILITIES = ("CAP_BPF", "CAP_NET_ADMIN", "CAP_SYS_ADMIN")
+
+
+def missing_capabilities(needed):
+    """Names in `needed` that the effective capability set of this process lacks."""
+    try:
+        with open("/proc/self/status") as status:
+            line = [entry for entry in status if entry.startswith("CapEff:")][0]
+        effective = int(line.split()[1], 16)
+    except (OSError, IndexError, ValueError):
+        return []  # cannot tell; let the kernel answer
+    # CAP_SYS_ADMIN still grants what CAP_BPF grants (kernels before 5.8 have only it).
+    if effective & (1 << CAPABILITIES["CAP_SYS_ADMIN"]):
+        effective |= 1 << CAPABILITIES["CAP_BPF"]
+    return [name for name in needed if not effective & (1 << CAPABILITIES[name])]
+
+
+def require_privileges(module, needed=BPF_CAPABILITIES):
+    """BPF and netlink changes need capabilities a normal user lacks; say so before touching anything."""
+    missing = missing_capabilities(needed)
+    if missing:
+        module.fail_json(msg="this task needs %s, which the module's process lacks (uid %d); run it as root "
+                             "(become: true)" % (", ".join(missing), os.geteuid()))
 
 
 KNOWN_ERRORS = (_bpf.BpfError, _netlink.NetlinkLookupError, _pins.PinError, CompileError, OSError)

@@ -132,7 +132,7 @@ def main():
     argument_spec.update(_common.PIN_ROOT_ARGS)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     _common.require_libraries(module)
-    _common.require_privileges(module)
+    _common.require_privileges(module, ("CAP_SYS_ADMIN",))
     p = module.params
     if p["rate_interval"] < 0:
         module.fail_json(msg="rate_interval must not be negative")

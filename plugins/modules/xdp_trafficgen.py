@@ -146,7 +146,7 @@ def main():
     argument_spec.update(_common.INTERFACE_ARGS)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
     _common.require_libraries(module, libbpf=False)
-    _common.require_privileges(module)
+    _common.require_privileges(module, ("CAP_NET_RAW", "CAP_SYS_ADMIN") if module.params["netns"] else ("CAP_NET_RAW",))
     p = module.params
     if p["count"] < 0 or p["rate"] < 0:
         module.fail_json(msg="count and rate must not be negative")

@@ -30,7 +30,7 @@ class ModuleRunner(object):
         self.python = python
         self.pin_root = pin_root
 
-    def __call__(self, module, args, check=False, diff=False, user=None, pin=True):
+    def __call__(self, module, args, check=False, diff=False, no_caps=False, pin=True):
         args = dict(args)
         if pin and module in ("xdp_program", "xdp_facts"):
             args.setdefault("pin_root", self.pin_root)
@@ -45,13 +45,9 @@ class ModuleRunner(object):
             argv.append("--check")
         if diff:
             argv.append("--diff")
-        prefix = []
-        if user:
-            tmp = "/tmp/ebpf_xdp_test_%s" % user
-            os.makedirs(tmp, exist_ok=True)
-            shutil.chown(tmp, user)
-            prefix = ["setpriv", "--reuid", user, "--regid", "nogroup", "--clear-groups"]
-            env.update(HOME=tmp, ANSIBLE_LOCAL_TEMP=tmp, ANSIBLE_REMOTE_TEMP=tmp)
+        # Root without capabilities: what a task without become looks like to the kernel
+        # (a real unprivileged user could not even read a checkout under /root).
+        prefix = ["setpriv", "--bounding-set=-all", "--inh-caps=-all"] if no_caps else []
         proc = subprocess.run(prefix + argv, capture_output=True, text=True, env=env, cwd="/tmp", check=False)
         try:
             out = json.loads(proc.stdout)

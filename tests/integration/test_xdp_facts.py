@@ -46,3 +46,8 @@ def test_rates_from_two_samples(run_distro, pair, drop_obj):
     assert 1000 <= facts["interfaces"]["eth0"]["rates"]["stats"]["rx_packets"] <= 3000
     final = run_distro("xdp_facts", dict(netns=pair.rx))["ansible_facts"]["xdp"]
     assert final["interfaces"]["eth0"]["xdp"]["protocols"] == {"udp": 6000}
+
+
+def test_no_privileges(run_distro, pair):
+    res = run_distro("xdp_facts", dict(netns=pair.rx), no_caps=True)
+    assert res["failed"] and "needs CAP_SYS_ADMIN" in res["msg"], res

@@ -1,0 +1,29 @@
+"""ebpf.xdp.xdp_trafficgen: exact bursts, check mode, bad input."""
+
+
+def test_check_mode_sends_nothing(run_distro, pair, drop_obj):
+    run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj))
+    res = run_distro("xdp_trafficgen", dict(interface="eth0", netns=pair.tx, src_ip=pair.tx_ip, dst_ip=pair.rx_ip,
+                                            dst_mac=pair.rx_mac, protocols=["udp"], count=10), check=True)
+    assert res["changed"] is False and res["total"] == 0
+    prog = run_distro("xdp_facts", dict(netns=pair.rx))["ansible_facts"]["xdp"]["interfaces"]["eth0"]["xdp"]
+    assert prog["counters"]["proto_count"] == {}
+
+
+def test_vlan_tagged_frames_are_counted_by_inner_protocol(run_distro, pair, drop_obj):
+    run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj))
+    res = run_distro("xdp_trafficgen", dict(interface="eth0", netns=pair.tx, src_ip=pair.tx_ip, dst_ip=pair.rx_ip,
+                                            dst_mac=pair.rx_mac, protocols=["tcp"], count=7, vlan=100, size=200))
+    assert res["sent"] == {"tcp": 7} and res["tx_dropped"] == 0
+    prog = run_distro("xdp_facts", dict(netns=pair.rx))["ansible_facts"]["xdp"]["interfaces"]["eth0"]["xdp"]
+    assert prog["protocols"] == {"tcp": 7}
+
+
+def test_bad_input(run_distro, pair):
+    base = dict(interface="eth0", netns=pair.tx, src_ip=pair.tx_ip, dst_ip=pair.rx_ip)
+    res = run_distro("xdp_trafficgen", dict(base, interface="eth7"))
+    assert res["failed"] and "'eth7' does not exist" in res["msg"]
+    res = run_distro("xdp_trafficgen", dict(base, dst_mac="02:00"))
+    assert res["failed"] and "invalid MAC address" in res["msg"]
+    res = run_distro("xdp_trafficgen", base, no_caps=True)
+    assert res["failed"] and "needs CAP_NET_RAW, CAP_SYS_ADMIN" in res["msg"]

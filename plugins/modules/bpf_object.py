@@ -23,6 +23,8 @@ author:
 requirements:
   - clang (14 or newer) where the module runs
   - libbpf >= 1.0 (C(libbpf.so.1)), to list the object's programs and maps
+extends_documentation_fragment:
+  - ebpf.xdp.attributes
 options:
   src:
     description:
@@ -64,15 +66,12 @@ options:
     default: /var/cache/ebpf_xdp/objects
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details:
       - Check mode reports whether a compile or a copy would happen and compiles nothing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
 seealso:
   - module: ebpf.xdp.xdp_program

@@ -24,6 +24,8 @@ requirements:
   - libbpf >= 1.0 (C(libbpf.so.1)) and pyroute2 on the managed host
   - root (reading BPF objects by id needs C(CAP_SYS_ADMIN))
 extends_documentation_fragment:
+  - ebpf.xdp.attributes
+  - ebpf.xdp.attributes.facts
   - ebpf.xdp.pin_root
 options:
   interfaces:
@@ -45,16 +47,12 @@ options:
     default: 0
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   facts:
-    description: Action returns an C(ansible_facts) dictionary that will update existing host facts.
     support: full
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
 seealso:
   - module: ebpf.xdp.xdp_program

@@ -29,6 +29,7 @@ requirements:
   - pyroute2 on the managed host
   - root (C(CAP_BPF), C(CAP_NET_ADMIN), C(CAP_SYS_ADMIN)) and a mounted bpffs
 extends_documentation_fragment:
+  - ebpf.xdp.attributes
   - ebpf.xdp.interface
   - ebpf.xdp.pin_root
 options:
@@ -76,16 +77,13 @@ options:
     default: false
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details:
       - In check mode the program is still loaded into the kernel (without pinning or attaching it)
         to compare its tag and to report verifier rejections; it is unloaded before the module exits.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: full
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
 notes:
   - Use P(ebpf.xdp.xdp_facts#module) to read the attached programs and their counters.

@@ -22,6 +22,7 @@ author:
 requirements:
   - pyroute2 on the managed host; root (C(CAP_NET_RAW))
 extends_documentation_fragment:
+  - ebpf.xdp.attributes
   - ebpf.xdp.interface
 options:
   count:
@@ -73,13 +74,10 @@ options:
     default: 0
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details:
       - It sends frames on every run but changes no state, so it never reports a change.

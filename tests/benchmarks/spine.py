@@ -39,7 +39,7 @@ def adhoc(host, module, args):
 
 def pair(name_a, argv_a, name_b, argv_b, rounds, before_a=None):
     a, b = [], []
-    for _ in range(rounds):
+    for _round in range(rounds):
         if before_a:
             before_a()
         a.append(timed(argv_a()))

@@ -7,7 +7,7 @@ ROOT=$PWD
 
 APT_PACKAGES=(
 	clang llvm libbpf1 libbpf-dev bpftool iproute2 python3-pyroute2
-	python3-venv netbase rsync git make
+	python3-venv netbase rsync git make iputils-ping util-linux
 )
 
 missing=()

@@ -68,3 +68,20 @@ def test_deploy_rhythm_and_witnesses(lab):
     assert "prog/xdp id %d" % prog["id"] in ip_link
     bpftool = json.loads(sh("ip", "netns", "exec", "receiver", "bpftool", "-j", "net", "show", "dev", "eth0").stdout)
     assert bpftool[0]["xdp"][0]["id"] == prog["id"] and bpftool[0]["xdp"][0]["mode"] == "driver"
+
+
+def test_lab_up_and_down_rhythm():
+    playbook("lab_down.yml")
+    try:
+        for name in ("lab_up.yml", "lab_down.yml"):
+            assert changed(playbook(name, check=True))["localhost"] > 0
+            assert changed(playbook(name))["localhost"] > 0
+            assert changed(playbook(name, check=True))["localhost"] == 0
+            assert changed(playbook(name))["localhost"] == 0
+            if name == "lab_up.yml":
+                links = sh("ip", "-n", "sender", "-o", "link", "show").stdout
+                assert "eth0" in links and "02:00:00:00:01:01" in links
+                sh("ip", "netns", "exec", "sender", "ping", "-c1", "-W2", "10.11.0.2")
+        assert not os.path.exists("/run/netns/sender")
+    finally:
+        playbook("lab_down.yml")

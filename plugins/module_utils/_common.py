@@ -16,6 +16,7 @@ import os
 import traceback
 
 from ansible.module_utils.basic import missing_required_lib
+from ansible.module_utils.common.respawn import has_respawned, probe_interpreters_for_module, respawn_module
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _netlink, _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils._compile import CompileError
@@ -32,8 +33,20 @@ PIN_ROOT_ARGS = dict(
 )
 
 
+# Where distributions install Python with their python3-pyroute2 package.
+SYSTEM_INTERPRETERS = ["/usr/bin/python3", "/usr/libexec/platform-python", "/usr/bin/python"]
+
+
 def require_libraries(module, libbpf=True, pyroute2=True):
-    """Fail with missing_required_lib when a needed binding is absent."""
+    """Fail with missing_required_lib when a needed binding is absent.
+
+    An interpreter without pyroute2 (a virtualenv, say) hands the module over
+    to the system Python when that one has it, as ansible.posix does for selinux.
+    """
+    if pyroute2 and not _netlink.HAS_PYROUTE2 and not has_respawned():
+        interpreter = probe_interpreters_for_module(SYSTEM_INTERPRETERS, "pyroute2")
+        if interpreter:
+            respawn_module(interpreter)
     if pyroute2 and not _netlink.HAS_PYROUTE2:
         module.fail_json(msg=missing_required_lib("pyroute2 (Debian: python3-pyroute2)"),
                          exception=_netlink.PYROUTE2_IMPORT_ERROR)

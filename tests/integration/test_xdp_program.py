@@ -260,3 +260,14 @@ def test_force_removes_a_foreign_program(run_distro, pair, drop_obj):
     attach_foreign(pair, drop_obj)
     res = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, state="absent", force=True))
     assert res["changed"] and pair.xdp_line() == ""
+
+
+def test_interpreter_without_pyroute2_respawns_under_system_python(pair, drop_obj, pin_root, tmp_path):
+    """A bare virtualenv (no pyroute2) still works: the module re-runs under /usr/bin/python3."""
+    from conftest import ModuleRunner
+    venv = tmp_path / "bare"
+    sh("/usr/bin/python3", "-m", "venv", "--without-pip", str(venv))
+    bare = ModuleRunner(str(venv / "bin" / "python3"), pin_root)
+    res = bare("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj))
+    assert res["changed"] and res["attached"], res
+    assert ("prog/xdp id %d" % res["id"]) in pair.xdp_line()

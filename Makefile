@@ -23,7 +23,7 @@ lab-down: setup
 	ansible-playbook playbooks/lab_down.yml
 
 test: setup
-	$(MAKE) --no-print-directory unit integration sanity lint
+	$(MAKE) --no-print-directory unit integration sanity lint molecule
 
 unit:
 	$(PYTEST) -q tests/unit
@@ -36,7 +36,7 @@ sanity:
 	bash scripts/sanity.sh
 
 lint:
-	ansible-lint --profile production roles playbooks
+	ansible-lint --profile production roles playbooks molecule
 
 molecule: setup
 	bash scripts/molecule.sh

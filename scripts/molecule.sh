@@ -50,6 +50,10 @@ build_image() {
 		rm -rf "$dir" "$dir.log"
 		return 1
 	fi
+	# As in Docker's official Debian images: no fsync per unpacked file (a
+	# container's disk is throw-away), which makes the toolchain role's apt
+	# run in four containers at once noticeably faster.
+	echo force-unsafe-io >"$dir"/etc/dpkg/dpkg.cfg.d/ebpf-xdp-unsafe-io
 	# Package lists and downloaded packages are stale once the image is
 	# built; the toolchain role updates the lists itself.
 	rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/*_* \
@@ -67,7 +71,10 @@ have=$(podman image inspect --format "{{ index .Labels \"$HASH_LABEL\" }}" "$IMA
 if [[ "$have" != "$recipe" ]]; then
 	echo "molecule.sh: building $IMAGE (debootstrap $IMAGE_SUITE from $IMAGE_MIRROR)"
 	start=$SECONDS
+	old=$(podman image inspect --format '{{ .Id }}' "$IMAGE" 2>/dev/null || true)
 	build_image "$recipe"
+	# The previous build, now untagged; kept if a container still uses it.
+	[[ -z "$old" ]] || podman rmi "$old" >/dev/null 2>&1 || true
 	echo "molecule.sh: built $IMAGE in $((SECONDS - start)) s"
 fi
 

@@ -8,6 +8,8 @@
 # below changes), then runs molecule from the repository root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 ROOT=$PWD
 
 APT_PACKAGES=(
@@ -15,17 +17,7 @@ APT_PACKAGES=(
 	aardvark-dns iptables iproute2 util-linux
 )
 
-missing=()
-for pkg in "${APT_PACKAGES[@]}"; do
-	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
-		missing+=("$pkg")
-done
-if ((${#missing[@]})); then
-	echo "molecule.sh: installing ${missing[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq
-	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+ensure_apt_packages molecule.sh "${APT_PACKAGES[@]}"
 
 # runc, cgroupfs and no default ulimits: see molecule/README.md. A
 # CONTAINERS_CONF set by the caller wins.

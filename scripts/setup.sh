@@ -3,6 +3,8 @@
 # Every step checks before it acts, so a second run is fast and changes nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 ROOT=$PWD
 
 APT_PACKAGES=(
@@ -10,17 +12,7 @@ APT_PACKAGES=(
 	python3-venv netbase rsync git make iputils-ping util-linux
 )
 
-missing=()
-for pkg in "${APT_PACKAGES[@]}"; do
-	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
-		missing+=("$pkg")
-done
-if ((${#missing[@]})); then
-	echo "setup: installing ${missing[*]}"
-	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq
-	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+ensure_apt_packages setup "${APT_PACKAGES[@]}"
 
 # The venv is rebuilt only when requirements-dev.txt changes.
 stamp=.venv/.requirements.sha256

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the set-up scripts (sourced, not run).
 
 # ensure_apt_packages WHO PKG...: install the packages that are missing; none

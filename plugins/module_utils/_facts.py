@@ -80,7 +80,7 @@ def _program(prog_id, mode, record):
     }
     if record:
         entry.update(object=record.get("object"), object_sha256=record.get("object_sha256"),
-                     program=record.get("program"), constants=record.get("constants", {}),
+                     program=record.get("program_name"), constants=record.get("constants", {}),
                      attach=record.get("attach"), link_id=record.get("link_id"))
     if PROTOCOL_MAP in counters:
         entry["protocols"] = dict((protocol_name(k), v) for k, v in sorted(counters[PROTOCOL_MAP].items()))

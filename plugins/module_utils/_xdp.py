@@ -78,6 +78,7 @@ class XdpProgram(object):
         self.p = params
         self.check_mode = check_mode
         self.warnings = []
+        self.program_name = params["program"]
 
     def run(self):
         with _netlink.netns(self.p["netns"]):
@@ -214,13 +215,14 @@ class XdpProgram(object):
                 if len(xdp_names) != 1:
                     raise XdpError("%s has %d XDP programs (%s); name one with program:" % (
                         self.p["object"], len(xdp_names), ", ".join(xdp_names) or "none"))
-                program = self.p["program"] = xdp_names[0]
+                program = xdp_names[0]
             elif program not in names:
                 raise XdpError("program %r is not in %s; it has: %s" % (program, self.p["object"], ", ".join(names)))
             ptype = [p["type"] for p in obj.programs() if p["name"] == program][0]
             if ptype != "xdp":
                 raise XdpError("program %r in %s is a %s program, not xdp (section %s)" % (
                     program, self.p["object"], ptype, "SEC(\"xdp\") is needed"))
+            self.program_name = program
             obj.only_load(program)
             obj.set_constants(self.p["constants"])
             if pin_maps_dir:
@@ -234,7 +236,7 @@ class XdpProgram(object):
     def _check_load(self, iface, att, prog_id, mode, record, desired):
         """Check mode: load without pins to learn the tag and surface verifier errors."""
         with self._open() as obj:
-            info = _bpf.prog_info(obj.program_fd(self.p["program"]))
+            info = _bpf.prog_info(obj.program_fd(self.program_name))
         new_mode = self.p["mode"] if self.p["mode"] != "auto" else (mode or "native")
         if record and record.get("tag") == info["tag"] and record.get("constants") == desired["constants"] \
                 and mode == new_mode:
@@ -247,7 +249,7 @@ class XdpProgram(object):
         created = att.make()
         try:
             with self._open(att.maps_dir) as obj:
-                new_fd = obj.program_fd(self.p["program"])
+                new_fd = obj.program_fd(self.program_name)
                 info = _bpf.prog_info(new_fd)
                 if record and record.get("tag") == info["tag"] and record.get("constants") == desired["constants"] \
                         and (self.p["mode"] == "auto" or mode == self.p["mode"]):
@@ -260,7 +262,8 @@ class XdpProgram(object):
         except Exception:
             self._undo(created)
             raise
-        new_record = dict(desired, program=self.p["program"], tag=info["tag"], prog_id=prog_id_new,
+        # "program" stays as asked (possibly None: the only XDP program), so the next run matches.
+        new_record = dict(desired, program_name=self.program_name, tag=info["tag"], prog_id=prog_id_new,
                           mode=new_mode, attach=attach, link_id=link_id, prog_pin=att.prog_path,
                           maps=maps)
         att.write_record(new_record)

@@ -271,3 +271,24 @@ def test_interpreter_without_pyroute2_respawns_under_system_python(pair, drop_ob
     res = bare("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj))
     assert res["changed"] and res["attached"], res
     assert ("prog/xdp id %d" % res["id"]) in pair.xdp_line()
+
+
+def test_concurrent_runs_on_one_interface_are_serialised(run_distro, pair, drop_obj):
+    """Two tasks racing for one interface: the lock lets one attach, the other finds it done."""
+    from concurrent.futures import ThreadPoolExecutor
+    args = dict(interface="eth0", netns=pair.rx, object=drop_obj)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = list(pool.map(lambda _n: run_distro("xdp_program", args), range(2)))
+    assert not any(r.get("failed") for r in results), results
+    assert sorted(r["changed"] for r in results) == [False, True], results
+    assert results[0]["id"] == results[1]["id"]
+    assert ("prog/xdp id %d" % results[0]["id"]) in pair.xdp_line()
+
+
+def test_program_name_may_be_omitted(run_distro, pair, drop_obj):
+    args = dict(interface="eth0", netns=pair.rx, object=drop_obj)
+    first = run_distro("xdp_program", args)
+    assert first["changed"] and first["name"] == "xdp_drop_count"
+    facts = run_distro("xdp_facts", dict(netns=pair.rx))["ansible_facts"]["xdp"]
+    assert facts["interfaces"]["eth0"]["xdp"]["program"] == "xdp_drop_count"
+    assert run_distro("xdp_program", args)["changed"] is False

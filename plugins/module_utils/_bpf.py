@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno as errno_mod
+import hashlib
 import os
 import platform
 
@@ -51,7 +52,7 @@ BPF_MAP_TYPE_ARRAY = 2
 
 PROG_TYPES = {
     1: "socket_filter", 2: "kprobe", 3: "sched_cls", 4: "sched_act",
-    5: "tracepoint", 6: "xdp", 26: "tracing", 29: "ext",
+    5: "tracepoint", 6: "xdp", 26: "tracing", 28: "ext", 29: "lsm",
 }
 
 LINK_TYPES = {1: "raw_tracepoint", 2: "tracing", 3: "cgroup", 4: "iter",
@@ -358,6 +359,30 @@ class BpfObject(object):
                 continue
             path = os.path.join(directory, _name(lib().bpf_map__name(m)))
             _check(lib().bpf_map__set_pin_path(m, path.encode()), "cannot set pin path %s" % path)
+
+    def clear_pin_paths(self):
+        """Keep every map out of bpffs, even those declared LIBBPF_PIN_BY_NAME (check mode)."""
+        for m in self._maps():
+            _check(lib().bpf_map__set_pin_path(m, None), "cannot clear a map pin path")
+
+    def data_digest(self):
+        """SHA-256 of the initial contents of .rodata/.data/.bss, constants included.
+
+        The kernel's program tag covers instructions only: two objects that differ
+        in a const volatile default have the same tag but behave differently.
+        """
+        digest = hashlib.sha256()
+        for m in self._maps():
+            if not lib().bpf_map__is_internal(m):
+                continue
+            size = ctypes.c_size_t()
+            base = lib().bpf_map__initial_value(m, ctypes.byref(size))
+            # libbpf prefixes the section with the object's file name: hash ".rodata", not "obj.rodata".
+            name = _name(lib().bpf_map__name(m))
+            digest.update(name[name.rfind("."):].encode() + b"\0")
+            if base:
+                digest.update(ctypes.string_at(base, size.value))
+        return digest.hexdigest()
 
     def set_constants(self, values):
         """Write load-time settings (const volatile globals) into .rodata."""

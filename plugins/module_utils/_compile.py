@@ -21,6 +21,7 @@ import os
 import shutil
 import sysconfig
 import tempfile
+import time
 
 DEFAULT_CACHE_DIR = "/var/cache/ebpf_xdp/objects"
 BASE_FLAGS = ["-target", "bpf", "-O2", "-g"]
@@ -89,6 +90,17 @@ def parse_depfile(text):
     return files
 
 
+def listings(directories):
+    """Names in each search directory, to notice a new header that would shadow another."""
+    out = {}
+    for directory in directories:
+        try:
+            out[directory] = sorted(os.listdir(directory))
+        except OSError:
+            out[directory] = None
+    return out
+
+
 class ObjectCache(object):
     def __init__(self, directory):
         self.directory = directory
@@ -97,7 +109,7 @@ class ObjectCache(object):
         base = os.path.join(self.directory, key[:2], key)
         return base + ".o", base + ".json"
 
-    def lookup(self, key):
+    def lookup(self, key, search_dirs=()):
         """The manifest of a valid entry, or None on a miss."""
         obj, manifest_path = self.paths(key)
         try:
@@ -109,6 +121,9 @@ class ObjectCache(object):
             for path, digest in manifest["deps"].items():
                 if sha256_file(path) != digest:
                     return None
+            # A header added to an earlier include directory would shadow a recorded one.
+            if manifest["listings"] != listings(search_dirs):
+                return None
             if sha256_file(obj) != manifest["sha256"]:
                 return None
         except (OSError, KeyError):
@@ -116,8 +131,12 @@ class ObjectCache(object):
         manifest["path"] = obj
         return manifest
 
-    def build(self, key, run_command, argv_for):
-        """Compile into the cache; run_command(argv) -> (rc, out, err)."""
+    def build(self, key, run_command, argv_for, src, search_dirs=()):
+        """Compile into the cache; run_command(argv) -> (rc, out, err).
+
+        An input edited while clang runs makes the build fail rather than
+        cache an object that matches neither version.
+        """
         obj, manifest_path = self.paths(key)
         directory = os.path.dirname(obj)
         if not os.path.isdir(directory):
@@ -127,13 +146,19 @@ class ObjectCache(object):
             tmp_obj = os.path.join(tmp, "out.o")
             depfile = os.path.join(tmp, "out.d")
             argv = argv_for(tmp_obj) + ["-MD", "-MF", depfile]
+            src_sha = sha256_file(src)
+            started = time.time()
             rc, out, err = run_command(argv)
             if rc != 0:
                 raise CompileError("clang failed to compile (exit %d)" % rc, err or out)
             with open(depfile) as handle:
                 deps = parse_depfile(handle.read())
+            finished = time.time()
+            if sha256_file(src) != src_sha or any(started <= os.stat(d).st_mtime <= finished for d in deps):
+                raise CompileError("%s or a header it includes changed while compiling; run the task again" % src)
             manifest = {
                 "argv": argv_for(obj),
+                "listings": listings(search_dirs),
                 "deps": dict((os.path.abspath(d), sha256_file(d)) for d in deps),
                 "sha256": sha256_file(tmp_obj),
                 "warnings": (err or "").strip(),

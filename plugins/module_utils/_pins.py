@@ -91,11 +91,18 @@ class Attachment(object):
         except ValueError:
             raise PinError("ownership record %s is not readable JSON" % self.record_path)
 
-    def write_record(self, record):
+    @staticmethod
+    def encode_record(record):
+        """The record as stored; fails before anything changes when it would not fit."""
         data = json.dumps(dict(record, managed_by=MANAGED_BY, version=RECORD_VERSION),
                           sort_keys=True).encode("utf-8")
         if len(data) >= RECORD_SIZE:
-            raise PinError("ownership record too large (%d bytes)" % len(data))
+            raise PinError("ownership record too large (%d of %d bytes): fewer maps or constants, "
+                           "or a shorter pin_root" % (len(data), RECORD_SIZE))
+        return data
+
+    def write_record(self, record):
+        data = self.encode_record(record)
         if os.path.exists(self.record_path):
             fd = _bpf.obj_get(self.record_path)
         else:
@@ -127,9 +134,25 @@ class Attachment(object):
             os.unlink(path)
         _bpf.obj_pin(fd, path)
 
+    def detach_link(self):
+        """Detach the pinned link now and drop its pin.
+
+        Unpinning alone releases the link later (RCU, then a workqueue), so an
+        attach right after it could still find the old program in place.
+        """
+        if not os.path.exists(self.link_path):
+            return
+        fd = _bpf.obj_get(self.link_path)
+        try:
+            _bpf.link_detach(fd)
+        finally:
+            _bpf.close(fd)
+        os.unlink(self.link_path)
+
     def remove(self, keep_maps=False):
-        """Remove the pins (which detaches a pinned link) and prune empty parents."""
-        for path in (self.link_path, self.prog_path, self.record_path):
+        """Detach the link, remove the pins and prune empty parents."""
+        self.detach_link()
+        for path in (self.prog_path, self.record_path):
             if os.path.exists(path):
                 os.unlink(path)
         if not keep_maps and os.path.isdir(self.maps_dir):

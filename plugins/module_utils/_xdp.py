@@ -64,10 +64,23 @@ def find_xdp_link(ifindex, prog_id):
 
 
 def ownership(attachment, prog_id):
-    """Our record when it describes the live program, else None."""
+    """Our record when it describes the live program, else None.
+
+    A run interrupted between swapping the program and rewriting the record
+    leaves an older prog_id in it; the pinned link still proves ownership then.
+    """
     record = attachment.read_record()
-    if record and prog_id and record.get("prog_id") == prog_id:
+    if not record or not prog_id:
+        return None
+    if record.get("prog_id") == prog_id:
         return record
+    if record.get("attach") == "link" and os.path.exists(attachment.link_path):
+        fd = _bpf.obj_get(attachment.link_path)
+        try:
+            if _bpf.link_info(fd)["prog_id"] == prog_id:
+                return dict(record, prog_id=prog_id)
+        finally:
+            _bpf.close(fd)
     return None
 
 
@@ -79,20 +92,25 @@ class XdpProgram(object):
         self.check_mode = check_mode
         self.warnings = []
         self.program_name = params["program"]
+        self.data_sha256 = None
 
     def run(self):
         with _netlink.netns(self.p["netns"]):
-            iface = _netlink.interface(self.p["interface"])
             key = _netlink.netns_key(self.p["netns"])
             att = _pins.Attachment(self.p["pin_root"], key, self.p["interface"], HOOK)
             if self.check_mode:
-                return self._converge(iface, att)
+                return self._converge(_netlink.interface(self.p["interface"]), att)
+            _netlink.interface(self.p["interface"])  # a missing interface fails before any lock or bpffs check
             _pins.check_bpffs(self.p["pin_root"])
             with _pins.interface_lock(key, self.p["interface"]):
-                return self._converge(iface, att)
+                # Read under the lock: a concurrent run may have just changed the hook.
+                return self._converge(_netlink.interface(self.p["interface"]), att)
 
     def _converge(self, iface, att):
         prog_id, mode = live_program(iface)
+        if mode == "offload":
+            raise XdpError("%s has an offloaded (hardware) XDP program, which ebpf.xdp does not manage"
+                           % iface["ifname"])
         record = ownership(att, prog_id)
         before = self._state(prog_id, mode, record)
         if self.p["state"] == "absent":
@@ -206,6 +224,7 @@ class XdpProgram(object):
         return self._attach(iface, att, prog_id, mode, record, desired)
 
     def _open(self, pin_maps_dir=None):
+        """Open, check and load the program; sets program_name and data_sha256."""
         obj = _bpf.BpfObject(self.p["object"])
         try:
             program = self.p["program"]
@@ -225,22 +244,30 @@ class XdpProgram(object):
             self.program_name = program
             obj.only_load(program)
             obj.set_constants(self.p["constants"])
+            self.data_sha256 = obj.data_digest()
             if pin_maps_dir:
                 obj.pin_maps(pin_maps_dir)
+            else:
+                obj.clear_pin_paths()
             obj.load()
             return obj
         except Exception:
             obj.close()
             raise
 
+    def _same_program(self, record, info, mode):
+        """The kernel would run the same thing: same instructions, same data, same mode."""
+        return bool(record) and record.get("tag") == info["tag"] \
+            and record.get("data_sha256") == self.data_sha256 \
+            and self.p["mode"] in ("auto", mode)
+
     def _check_load(self, iface, att, prog_id, mode, record, desired):
         """Check mode: load without pins to learn the tag and surface verifier errors."""
         with self._open() as obj:
             info = _bpf.prog_info(obj.program_fd(self.program_name))
-        new_mode = self.p["mode"] if self.p["mode"] != "auto" else (mode or "native")
-        if record and record.get("tag") == info["tag"] and record.get("constants") == desired["constants"] \
-                and mode == new_mode:
+        if self._same_program(record, info, mode):
             return False, self._state(prog_id, mode, record)
+        new_mode = self.p["mode"] if self.p["mode"] != "auto" else (mode or "native")
         return True, {"attached": True, "name": info["name"], "tag": info["tag"], "mode": new_mode,
                       "owner": "ebpf.xdp", "object_sha256": desired["object_sha256"],
                       "constants": desired["constants"]}
@@ -251,23 +278,25 @@ class XdpProgram(object):
             with self._open(att.maps_dir) as obj:
                 new_fd = obj.program_fd(self.program_name)
                 info = _bpf.prog_info(new_fd)
-                if record and record.get("tag") == info["tag"] and record.get("constants") == desired["constants"] \
-                        and (self.p["mode"] == "auto" or mode == self.p["mode"]):
-                    # Same instructions from a rebuilt object: the kernel already runs it.
+                maps = dict((name, os.path.join(att.maps_dir, name)) for name in obj.map_fds())
+                # "program" stays as asked (possibly None: the only XDP program), so the next run matches.
+                new_record = dict(desired, program_name=self.program_name, tag=info["tag"], prog_id=info["id"],
+                                  data_sha256=self.data_sha256, prog_pin=att.prog_path, maps=maps)
+                if self._same_program(record, info, mode):
+                    # A rebuilt object with the same program: nothing changes in the kernel;
+                    # the record learns the new object so the next run matches it directly.
+                    att.write_record(dict(record, **desired))
                     return False, self._state(prog_id, mode, record)
+                # Fail here, before the swap, if the record would not fit.
+                att.encode_record(dict(new_record, mode="generic", attach="netlink", link_id=2 ** 32))
                 attach, new_mode, link_id = self._swap(iface, att, prog_id, mode, record, new_fd)
                 att.replace_pin(new_fd, att.prog_path)
-                maps = dict((name, os.path.join(att.maps_dir, name)) for name in obj.map_fds())
-                prog_id_new = info["id"]
         except Exception:
             self._undo(created)
             raise
-        # "program" stays as asked (possibly None: the only XDP program), so the next run matches.
-        new_record = dict(desired, program_name=self.program_name, tag=info["tag"], prog_id=prog_id_new,
-                          mode=new_mode, attach=attach, link_id=link_id, prog_pin=att.prog_path,
-                          maps=maps)
+        new_record.update(mode=new_mode, attach=attach, link_id=link_id)
         att.write_record(new_record)
-        state = {"attached": True, "id": prog_id_new, "name": info["name"], "tag": info["tag"],
+        state = {"attached": True, "id": info["id"], "name": info["name"], "tag": info["tag"],
                  "mode": new_mode, "owner": "ebpf.xdp", "object_sha256": desired["object_sha256"],
                  "constants": desired["constants"], "attach": attach, "link_id": link_id, "maps": maps}
         return True, state
@@ -304,18 +333,39 @@ class XdpProgram(object):
             finally:
                 _bpf.close(old_fd)
             return "netlink", mode, None
-        if prog_id:
-            # A mode change, or a foreign link we cannot update: detach, then attach.
-            self.warnings.append("%s was briefly without an XDP program while switching %s" % (
-                iface["ifname"], "mode" if not same_mode else "from a foreign link"))
-            if record:
-                if record.get("attach") == "netlink":
-                    self._netlink_detach(iface, record)
-                elif os.path.exists(att.link_path):
-                    os.unlink(att.link_path)
+        if not prog_id:
+            return self._link_attach(iface, att, new_fd)
+        # A mode change, or a foreign link we cannot update: detach, then attach,
+        # and put the old program back if the new one cannot go on.
+        self.warnings.append("%s was briefly without an XDP program while switching %s" % (
+            iface["ifname"], "mode" if not same_mode else "from a foreign link"))
+        old_fd = _bpf.prog_fd_by_id(prog_id)
+        try:
+            if record and record.get("attach") == "netlink":
+                self._netlink_detach(iface, record)
+            elif record:
+                att.detach_link()
             else:
                 self._detach_foreign(iface, prog_id)
-        return self._link_attach(iface, att, new_fd)
+            try:
+                return self._link_attach(iface, att, new_fd)
+            except Exception:
+                self._restore(iface, att, old_fd, mode, by_link=bool(record) and record.get("attach") == "link")
+                raise
+        finally:
+            _bpf.close(old_fd)
+
+    @staticmethod
+    def _restore(iface, att, old_fd, mode, by_link):
+        """Re-attach the program that was there before a failed switch, held as it was."""
+        if by_link:
+            link_fd = _bpf.link_create(old_fd, iface["ifindex"], _bpf.BPF_XDP, MODE_FLAGS[mode])
+            try:
+                att.replace_pin(link_fd, att.link_path)
+            finally:
+                _bpf.close(link_fd)
+        else:
+            _bpf.xdp_attach_netlink(iface["ifindex"], old_fd, MODE_FLAGS[mode])
 
     def _link_attach(self, iface, att, new_fd):
         modes = ["native", "generic"] if self.p["mode"] == "auto" else [self.p["mode"]]

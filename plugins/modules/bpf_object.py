@@ -180,37 +180,41 @@ def main():
 
     cache = _compile.ObjectCache(p["cache_dir"])
     key = _compile.cache_key(p["src"], clang, include_dirs, defines, p["cflags"])
-    entry = cache.lookup(key)
-    result = dict(changed=False, cache_hit=entry is not None)
+    entry = cache.lookup(key, include_dirs)
     dest = p["dest"]
     before_sha = _compile.sha256_file(dest) if dest and os.path.isfile(dest) else None
+    cache_hit = entry is not None
 
-    if entry is None:
-        result["changed"] = True
+    if not cache_hit:
         if module.check_mode:
-            module.exit_json(path=dest or cache.paths(key)[0], cmd=argv_for(dest or "OBJECT"),
-                             diff=dict(before={"sha256": before_sha}, after={"sha256": "(compiled)"}), **result)
+            module.exit_json(changed=True, cache_hit=False, path=dest or cache.paths(key)[0],
+                             cmd=argv_for(dest or cache.paths(key)[0]),
+                             diff=dict(before={"sha256": before_sha}, after={"sha256": "(compiled)"}))
         try:
-            entry = cache.build(key, module.run_command, argv_for)
+            entry = cache.build(key, module.run_command, argv_for, p["src"], include_dirs)
         except (_compile.CompileError, OSError) as exc:
-            _common.fail_from(module, exc, cmd=argv_for(dest or "OBJECT"), src=p["src"])
+            _common.fail_from(module, exc, cmd=argv_for(dest or cache.paths(key)[0]), src=p["src"])
         if entry["warnings"]:
             module.warn("clang: " + entry["warnings"])
 
-    path = entry["path"]
     if dest:
-        if before_sha != entry["sha256"]:
-            result["changed"] = True
-            if not module.check_mode:
+        # What counts is dest: a recompile that yields the same bytes changes nothing.
+        changed = before_sha != entry["sha256"]
+        if changed and not module.check_mode:
+            try:
                 _compile.install(entry["path"], dest)
-        path = dest
+            except OSError as exc:
+                _common.fail_from(module, exc, src=p["src"])
+    else:
+        changed = not cache_hit
 
     try:
         programs, maps = describe(entry["path"])
     except _bpf.BpfError as exc:
         _common.fail_from(module, exc)
-    module.exit_json(path=path, sha256=entry["sha256"], programs=programs, maps=maps, cmd=entry["argv"],
-                     diff=dict(before={"sha256": before_sha}, after={"sha256": entry["sha256"]}), **result)
+    module.exit_json(changed=changed, cache_hit=cache_hit, path=dest or entry["path"], sha256=entry["sha256"],
+                     programs=programs, maps=maps, cmd=entry["argv"],
+                     diff=dict(before={"sha256": before_sha}, after={"sha256": entry["sha256"]}))
 
 
 if __name__ == "__main__":

@@ -171,17 +171,17 @@ mode:
   sample: native
 attach:
   description: How the program is held, V(link) (pinned bpf_link) or V(netlink) (after a forced takeover).
-  returned: when attached and changed
+  returned: when attached
   type: str
   sample: link
 link_id:
   description: Kernel id of the bpf_link, when attached by link.
-  returned: when attached and changed
+  returned: when attached
   type: int
   sample: 7
 maps:
   description: Pinned maps of the program, name to pin path.
-  returned: when changed
+  returned: when attached
   type: dict
   sample: {proto_count: /sys/fs/bpf/ebpf_xdp/host/eth1/xdp/maps/proto_count}
 pin_dir:

@@ -148,6 +148,13 @@ def main():
     p = module.params
     if p["count"] < 0 or p["rate"] < 0:
         module.fail_json(msg="count and rate must not be negative")
+    for port in ("src_port", "dst_port"):
+        if not 0 <= p[port] <= 65535:
+            module.fail_json(msg="%s must be between 0 and 65535, not %d" % (port, p[port]))
+    if p["vlan"] is not None and not 0 <= p["vlan"] <= 4095:
+        module.fail_json(msg="vlan must be between 0 and 4095, not %d" % p["vlan"])
+    if not _frames.MIN_FRAME <= p["size"] <= 9000:
+        module.fail_json(msg="size must be between %d and 9000 bytes, not %d" % (_frames.MIN_FRAME, p["size"]))
     try:
         with _netlink.netns(p["netns"]):
             iface = _netlink.interface(p["interface"])

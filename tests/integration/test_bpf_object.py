@@ -82,3 +82,12 @@ def test_missing_source_and_missing_clang(run_distro, tmp_path):
     res = run_distro("bpf_object", dict(src=os.path.join(BPF_DIR, "xdp_drop_count.bpf.c"),
                                         cache_dir=str(tmp_path / "c"), clang="clang-does-not-exist"))
     assert res["failed"] and "clang-does-not-exist not found" in res["msg"]
+
+
+def test_a_recompile_with_identical_output_leaves_dest_unchanged(run_distro, tmp_path):
+    args = dict(src=os.path.join(BPF_DIR, "xdp_drop_count.bpf.c"), dest=str(tmp_path / "out.o"),
+                cache_dir=str(tmp_path / "cache-a"))
+    assert run_distro("bpf_object", args)["changed"]
+    # A cold cache recompiles, but the object comes out the same: no change to report.
+    fresh = run_distro("bpf_object", dict(args, cache_dir=str(tmp_path / "cache-b")))
+    assert fresh["cache_hit"] is False and fresh["changed"] is False, fresh

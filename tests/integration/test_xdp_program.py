@@ -27,6 +27,15 @@ int tc_pass(struct __sk_buff *skb) { return 0; }
 char _license[] SEC("license") = "GPL";
 """
 
+DEFAULT_ACTION_PROGRAM = r"""
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+const volatile __u32 action = ACTION;
+SEC("xdp")
+int xdp_act(struct xdp_md *ctx) { return action; }
+char _license[] SEC("license") = "GPL";
+"""
+
 
 def compile_c(tmp_path, text, name):
     src = tmp_path / (name + ".bpf.c")
@@ -292,3 +301,37 @@ def test_program_name_may_be_omitted(run_distro, pair, drop_obj):
     facts = run_distro("xdp_facts", dict(netns=pair.rx))["ansible_facts"]["xdp"]
     assert facts["interfaces"]["eth0"]["xdp"]["program"] == "xdp_drop_count"
     assert run_distro("xdp_program", args)["changed"] is False
+
+
+def test_failed_mode_switch_puts_the_old_program_back(run_distro, pair, drop_obj, pin_root):
+    """lo has no native XDP: switching its generic program to native fails and keeps the old one."""
+    base = dict(interface="lo", netns=pair.rx, object=drop_obj)
+    first = run_distro("xdp_program", dict(base, mode="generic"))
+    res = run_distro("xdp_program", dict(base, mode="native"))
+    assert res["failed"] and "no native XDP support" in res["msg"], res
+    lo = sh("ip", "-n", pair.rx, "link", "show", "lo").stdout
+    assert "xdpgeneric" in lo and ("prog/xdp id %d" % first["id"]) in lo, lo
+    again = run_distro("xdp_program", dict(base, mode="generic"))
+    assert again["changed"] is False and again["id"] == first["id"], again
+
+
+def test_rebuilt_object_with_a_different_default_is_a_change(run_distro, pair, tmp_path):
+    """Same instructions, different .rodata default: the tag is equal, the behaviour is not."""
+    src_dir = tmp_path / "src"
+    src_dir.mkdir()
+    objs = []
+    for action in ("XDP_DROP", "XDP_PASS"):
+        (src_dir / "act.bpf.c").write_text(DEFAULT_ACTION_PROGRAM.replace("ACTION", action))
+        out = str(tmp_path / ("act_%s.o" % action))
+        sh("clang", "-target", "bpf", "-O2", "-g", "-I", "/usr/include/x86_64-linux-gnu",
+           "-c", str(src_dir / "act.bpf.c"), "-o", out)
+        objs.append(out)
+    drop = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=objs[0]))
+    passing = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=objs[1]))
+    assert passing["changed"] and passing["tag"] == drop["tag"] and passing["id"] != drop["id"], passing
+    # The same object copied elsewhere (new path, same bytes) changes nothing in the kernel.
+    copy = tmp_path / "copy.o"
+    copy.write_bytes(open(objs[1], "rb").read())
+    same = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=str(copy)))
+    assert same["changed"] is False and same["id"] == passing["id"]
+    assert run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=str(copy)))["changed"] is False

@@ -27,3 +27,11 @@ def test_bad_input(run_distro, pair):
     assert res["failed"] and "invalid MAC address" in res["msg"]
     res = run_distro("xdp_trafficgen", base, no_caps=True)
     assert res["failed"] and "needs CAP_NET_RAW, CAP_SYS_ADMIN" in res["msg"]
+
+
+def test_out_of_range_fields(run_distro, pair):
+    base = dict(interface="eth0", netns=pair.tx, src_ip=pair.tx_ip, dst_ip=pair.rx_ip)
+    for extra, words in ((dict(dst_port=70000), "dst_port must be between"), (dict(vlan=5000), "vlan must be"),
+                         (dict(size=20), "size must be between")):
+        res = run_distro("xdp_trafficgen", dict(base, **extra))
+        assert res["failed"] and words in res["msg"], res

@@ -49,9 +49,59 @@ def test_cache_lookup_detects_a_changed_dependency(tmp_path):
             handle.write("%s: %s\n" % (out, header))
         return 0, "", ""
 
-    entry = cache.build("ab" * 32, fake_clang, lambda out: ["clang", "-c", "x.c", "-o", out])
+    src = tmp_path / "x.c"
+    src.write_text("int x;\n")
+    entry = cache.build("ab" * 32, fake_clang, lambda out: ["clang", "-c", str(src), "-o", out], str(src))
     assert os.path.exists(entry["path"])
     assert cache.lookup("ab" * 32)["sha256"] == entry["sha256"]
     header.write_text("#define X 2\n")
     assert cache.lookup("ab" * 32) is None
     assert cache.lookup("cd" * 32) is None
+
+
+def test_a_new_header_in_a_search_directory_is_a_miss(tmp_path):
+    """clang lists only headers it found: one added earlier in the search path would shadow it."""
+    cache = _compile.ObjectCache(str(tmp_path / "cache"))
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    (second / "common.h").write_text("#define X 1\n")
+    src = tmp_path / "x.c"
+    src.write_text("int x;\n")
+
+    def fake_clang(argv):
+        out = argv[argv.index("-o") + 1]
+        with open(out, "w") as handle:
+            handle.write("object")
+        with open(argv[argv.index("-MF") + 1], "w") as handle:
+            handle.write("%s: %s %s\n" % (out, src, second / "common.h"))
+        return 0, "", ""
+
+    dirs = [str(first), str(second)]
+    cache.build("ef" * 32, fake_clang, lambda out: ["clang", "-c", str(src), "-o", out], str(src), dirs)
+    assert cache.lookup("ef" * 32, dirs) is not None
+    (first / "common.h").write_text("#define X 2\n")
+    assert cache.lookup("ef" * 32, dirs) is None
+
+
+def test_an_input_edited_during_the_compile_is_not_cached(tmp_path):
+    cache = _compile.ObjectCache(str(tmp_path / "cache"))
+    src = tmp_path / "x.c"
+    src.write_text("int x;\n")
+
+    def editing_clang(argv):
+        src.write_text("int y;\n")
+        out = argv[argv.index("-o") + 1]
+        with open(out, "w") as handle:
+            handle.write("object")
+        with open(argv[argv.index("-MF") + 1], "w") as handle:
+            handle.write("%s: %s\n" % (out, src))
+        return 0, "", ""
+
+    try:
+        cache.build("01" * 32, editing_clang, lambda out: ["clang", "-c", str(src), "-o", out], str(src))
+    except _compile.CompileError as exc:
+        assert "changed while compiling" in str(exc)
+    else:
+        raise AssertionError("an edited source was cached")
+    assert cache.lookup("01" * 32) is None

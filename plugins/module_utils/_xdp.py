@@ -239,8 +239,8 @@ class XdpProgram(object):
                 raise XdpError("program %r is not in %s; it has: %s" % (program, self.p["object"], ", ".join(names)))
             ptype = [p["type"] for p in obj.programs() if p["name"] == program][0]
             if ptype != "xdp":
-                raise XdpError("program %r in %s is a %s program, not xdp (section %s)" % (
-                    program, self.p["object"], ptype, "SEC(\"xdp\") is needed"))
+                raise XdpError("program %r in %s is a %s program, not xdp; XDP programs are in SEC(\"xdp\")"
+                               % (program, self.p["object"], ptype))
             self.program_name = program
             obj.only_load(program)
             obj.set_constants(self.p["constants"])

@@ -66,6 +66,10 @@ def pin_root():
     path = "%s/%s" % (PIN_ROOT_BASE, uuid.uuid4().hex[:8])
     yield path
     shutil.rmtree(path, ignore_errors=True)
+    try:
+        os.rmdir(PIN_ROOT_BASE)  # only when no other test's pins are left
+    except OSError:
+        pass
 
 
 @pytest.fixture

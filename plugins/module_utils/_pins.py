@@ -161,15 +161,14 @@ class Attachment(object):
 
 
 def prune_empty(path, levels):
-    """Remove path and up to `levels - 1` parents while they are empty."""
+    """Remove path and up to `levels - 1` parents while they are empty (or already gone)."""
     for _level in range(levels):
         try:
             os.rmdir(path)
         except OSError as exc:
-            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
-                if exc.errno != errno.ENOENT:
-                    return
-            else:
+            if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                return
+            if exc.errno != errno.ENOENT:
                 raise
         path = os.path.dirname(path)
 

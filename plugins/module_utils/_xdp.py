@@ -63,6 +63,15 @@ def find_xdp_link(ifindex, prog_id):
     return None
 
 
+def pin_link(att, link_fd):
+    """Pin a new XDP link at the attachment's link path and close it; returns the link id."""
+    try:
+        att.replace_pin(link_fd, att.link_path)
+        return _bpf.link_info(link_fd)["id"]
+    finally:
+        _bpf.close(link_fd)
+
+
 def ownership(attachment, prog_id):
     """Our record when it describes the live program, else None.
 
@@ -117,7 +126,7 @@ class XdpProgram(object):
             changed = self._remove(iface, att, prog_id, record)
             after = {"attached": False} if changed else before
             return self._result(changed, before, after, att, iface)
-        changed, after = self._present(iface, att, prog_id, mode, record)
+        changed, after = self._present(iface, att, prog_id, mode, record, before)
         return self._result(changed, before, after, att, iface)
 
     @staticmethod
@@ -204,7 +213,7 @@ class XdpProgram(object):
         same = all(record.get(k) == v for k, v in desired.items())
         return same and (self.p["mode"] == "auto" or mode == self.p["mode"])
 
-    def _present(self, iface, att, prog_id, mode, record):
+    def _present(self, iface, att, prog_id, mode, record, before):
         if not os.path.isfile(self.p["object"]) and self.check_mode:
             self.warnings.append("object %s does not exist yet; it would be attached once it does" % self.p["object"])
             return True, {"attached": True, "object": self.p["object"], "mode": self.p["mode"]}
@@ -212,7 +221,7 @@ class XdpProgram(object):
             raise XdpError("object file %s does not exist; compile it with ebpf.xdp.bpf_object" % self.p["object"])
         desired = self._desired_record(sha256_file(self.p["object"]))
         if self._matches(record, mode, desired):
-            return False, self._state(prog_id, mode, record)
+            return False, before
         if prog_id and not record and not self.p["force"]:
             info = describe_program(prog_id)
             raise XdpError(
@@ -220,8 +229,8 @@ class XdpProgram(object):
                 "it is left in place. Set force: true to replace it"
                 % (iface["ifname"], info["name"], prog_id, info["tag"], mode))
         if self.check_mode:
-            return self._check_load(iface, att, prog_id, mode, record, desired)
-        return self._attach(iface, att, prog_id, mode, record, desired)
+            return self._check_load(iface, att, mode, record, desired, before)
+        return self._attach(iface, att, prog_id, mode, record, desired, before)
 
     def _open(self, pin_maps_dir=None):
         """Open, check and load the program; sets program_name and data_sha256."""
@@ -261,18 +270,18 @@ class XdpProgram(object):
             and record.get("data_sha256") == self.data_sha256 \
             and self.p["mode"] in ("auto", mode)
 
-    def _check_load(self, iface, att, prog_id, mode, record, desired):
+    def _check_load(self, iface, att, mode, record, desired, before):
         """Check mode: load without pins to learn the tag and surface verifier errors."""
         with self._open() as obj:
             info = _bpf.prog_info(obj.program_fd(self.program_name))
         if self._same_program(record, info, mode):
-            return False, self._state(prog_id, mode, record)
+            return False, before
         new_mode = self.p["mode"] if self.p["mode"] != "auto" else (mode or "native")
         return True, {"attached": True, "name": info["name"], "tag": info["tag"], "mode": new_mode,
                       "owner": "ebpf.xdp", "object_sha256": desired["object_sha256"],
                       "constants": desired["constants"]}
 
-    def _attach(self, iface, att, prog_id, mode, record, desired):
+    def _attach(self, iface, att, prog_id, mode, record, desired, before):
         created = att.make()
         try:
             with self._open(att.maps_dir) as obj:
@@ -286,7 +295,7 @@ class XdpProgram(object):
                     # A rebuilt object with the same program: nothing changes in the kernel;
                     # the record learns the new object so the next run matches it directly.
                     att.write_record(dict(record, **desired))
-                    return False, self._state(prog_id, mode, record)
+                    return False, before
                 # Fail here, before the swap, if the record would not fit.
                 att.encode_record(dict(new_record, mode="generic", attach="netlink", link_id=2 ** 32))
                 attach, new_mode, link_id = self._swap(iface, att, prog_id, mode, record, new_fd)
@@ -359,11 +368,7 @@ class XdpProgram(object):
     def _restore(iface, att, old_fd, mode, by_link):
         """Re-attach the program that was there before a failed switch, held as it was."""
         if by_link:
-            link_fd = _bpf.link_create(old_fd, iface["ifindex"], _bpf.BPF_XDP, MODE_FLAGS[mode])
-            try:
-                att.replace_pin(link_fd, att.link_path)
-            finally:
-                _bpf.close(link_fd)
+            pin_link(att, _bpf.link_create(old_fd, iface["ifindex"], _bpf.BPF_XDP, MODE_FLAGS[mode]))
         else:
             _bpf.xdp_attach_netlink(iface["ifindex"], old_fd, MODE_FLAGS[mode])
 
@@ -379,9 +384,5 @@ class XdpProgram(object):
                     raise XdpError("the driver of %s has no native XDP support (%s); use mode: generic or auto"
                                    % (iface["ifname"], exc))
                 raise
-            try:
-                att.replace_pin(link_fd, att.link_path)
-                return "link", mode, _bpf.link_info(link_fd)["id"]
-            finally:
-                _bpf.close(link_fd)
+            return "link", mode, pin_link(att, link_fd)
         raise XdpError("could not attach to %s in any mode" % iface["ifname"])

@@ -14,6 +14,8 @@ import uuid
 
 import pytest
 
+from ansible_collections.ebpf.xdp.plugins.module_utils import _compile
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BPF_DIR = os.path.join(ROOT, "files", "bpf")
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -132,13 +134,17 @@ def pair():
     p.down()
 
 
+def compile_bpf(src, out, include_dirs=()):
+    """Compile with clang directly, with the collection's own flags (not through the module)."""
+    sh(*_compile.compile_argv("clang", str(src), str(out), [str(d) for d in include_dirs]))
+    return str(out)
+
+
 @pytest.fixture(scope="session")
 def drop_obj(tmp_path_factory):
-    """xdp_drop_count compiled once for the session (by clang directly)."""
-    out = str(tmp_path_factory.mktemp("obj") / "xdp_drop_count.o")
-    sh("clang", "-target", "bpf", "-O2", "-g", "-I", os.path.join(BPF_DIR, "include"),
-       "-I", "/usr/include/x86_64-linux-gnu", "-c", os.path.join(BPF_DIR, "xdp_drop_count.bpf.c"), "-o", out)
-    return out
+    """xdp_drop_count compiled once for the session."""
+    return compile_bpf(os.path.join(BPF_DIR, "xdp_drop_count.bpf.c"),
+                       tmp_path_factory.mktemp("obj") / "xdp_drop_count.o", [os.path.join(BPF_DIR, "include")])
 
 
 def assert_rhythm(run, module, args):

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from conftest import assert_rhythm, sh
+from conftest import assert_rhythm, compile_bpf, sh
 
 BAD_PROGRAM = r"""
 #include <linux/bpf.h>
@@ -40,9 +40,7 @@ char _license[] SEC("license") = "GPL";
 def compile_c(tmp_path, text, name):
     src = tmp_path / (name + ".bpf.c")
     src.write_text(text)
-    out = str(tmp_path / (name + ".o"))
-    sh("clang", "-target", "bpf", "-O2", "-g", "-I", "/usr/include/x86_64-linux-gnu", "-c", str(src), "-o", out)
-    return out
+    return compile_bpf(src, tmp_path / (name + ".o"))
 
 
 def pins(pin_root):
@@ -141,9 +139,9 @@ def test_attachment_outlives_the_module(run_distro, pair, drop_obj):
 # ------------------------------------------------------------------ bad input
 
 
-def assert_untouched(pair, pin_root, expected_line=""):
-    assert pair.xdp_line() == expected_line
-    assert pins(pin_root) == [] if not expected_line else True
+def assert_untouched(pair, pin_root):
+    assert pair.xdp_line() == ""
+    assert pins(pin_root) == []
 
 
 def test_missing_interface(run, pair, drop_obj, pin_root):
@@ -322,10 +320,7 @@ def test_rebuilt_object_with_a_different_default_is_a_change(run_distro, pair, t
     objs = []
     for action in ("XDP_DROP", "XDP_PASS"):
         (src_dir / "act.bpf.c").write_text(DEFAULT_ACTION_PROGRAM.replace("ACTION", action))
-        out = str(tmp_path / ("act_%s.o" % action))
-        sh("clang", "-target", "bpf", "-O2", "-g", "-I", "/usr/include/x86_64-linux-gnu",
-           "-c", str(src_dir / "act.bpf.c"), "-o", out)
-        objs.append(out)
+        objs.append(compile_bpf(src_dir / "act.bpf.c", tmp_path / ("act_%s.o" % action)))
     drop = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=objs[0]))
     passing = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=objs[1]))
     assert passing["changed"] and passing["tag"] == drop["tag"] and passing["id"] != drop["id"], passing

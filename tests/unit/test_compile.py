@@ -36,22 +36,31 @@ def test_compile_argv_orders_defines_and_includes():
     assert argv[-5:] == ["-Wall", "-c", "a.c", "-o", "a.o"]
 
 
-def test_cache_lookup_detects_a_changed_dependency(tmp_path):
-    cache = _compile.ObjectCache(str(tmp_path / "cache"))
-    header = tmp_path / "h.h"
-    header.write_text("#define X 1\n")
-
-    def fake_clang(argv):
+def fake_clang(deps, during=None):
+    """A stand-in for clang: writes the object and a depfile listing deps; calls during() first."""
+    def run(argv):
+        if during:
+            during()
         out = argv[argv.index("-o") + 1]
         with open(out, "w") as handle:
             handle.write("object")
         with open(argv[argv.index("-MF") + 1], "w") as handle:
-            handle.write("%s: %s\n" % (out, header))
+            handle.write("%s: %s\n" % (out, " ".join(str(d) for d in deps)))
         return 0, "", ""
+    return run
 
+
+def argv_for(src):
+    return lambda out: ["clang", "-c", str(src), "-o", out]
+
+
+def test_cache_lookup_detects_a_changed_dependency(tmp_path):
+    cache = _compile.ObjectCache(str(tmp_path / "cache"))
+    header = tmp_path / "h.h"
+    header.write_text("#define X 1\n")
     src = tmp_path / "x.c"
     src.write_text("int x;\n")
-    entry = cache.build("ab" * 32, fake_clang, lambda out: ["clang", "-c", str(src), "-o", out], str(src))
+    entry = cache.build("ab" * 32, fake_clang([header]), argv_for(src), str(src))
     assert os.path.exists(entry["path"])
     assert cache.lookup("ab" * 32)["sha256"] == entry["sha256"]
     header.write_text("#define X 2\n")
@@ -68,17 +77,8 @@ def test_a_new_header_in_a_search_directory_is_a_miss(tmp_path):
     (second / "common.h").write_text("#define X 1\n")
     src = tmp_path / "x.c"
     src.write_text("int x;\n")
-
-    def fake_clang(argv):
-        out = argv[argv.index("-o") + 1]
-        with open(out, "w") as handle:
-            handle.write("object")
-        with open(argv[argv.index("-MF") + 1], "w") as handle:
-            handle.write("%s: %s %s\n" % (out, src, second / "common.h"))
-        return 0, "", ""
-
     dirs = [str(first), str(second)]
-    cache.build("ef" * 32, fake_clang, lambda out: ["clang", "-c", str(src), "-o", out], str(src), dirs)
+    cache.build("ef" * 32, fake_clang([src, second / "common.h"]), argv_for(src), str(src), dirs)
     assert cache.lookup("ef" * 32, dirs) is not None
     (first / "common.h").write_text("#define X 2\n")
     assert cache.lookup("ef" * 32, dirs) is None
@@ -88,18 +88,9 @@ def test_an_input_edited_during_the_compile_is_not_cached(tmp_path):
     cache = _compile.ObjectCache(str(tmp_path / "cache"))
     src = tmp_path / "x.c"
     src.write_text("int x;\n")
-
-    def editing_clang(argv):
-        src.write_text("int y;\n")
-        out = argv[argv.index("-o") + 1]
-        with open(out, "w") as handle:
-            handle.write("object")
-        with open(argv[argv.index("-MF") + 1], "w") as handle:
-            handle.write("%s: %s\n" % (out, src))
-        return 0, "", ""
-
+    editing_clang = fake_clang([src], during=lambda: src.write_text("int y;\n"))
     try:
-        cache.build("01" * 32, editing_clang, lambda out: ["clang", "-c", str(src), "-o", out], str(src))
+        cache.build("01" * 32, editing_clang, argv_for(src), str(src))
     except _compile.CompileError as exc:
         assert "changed while compiling" in str(exc)
     else:

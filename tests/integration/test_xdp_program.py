@@ -88,22 +88,21 @@ def test_upgrade_is_atomic_and_keeps_counters(run, pair, drop_obj):
     upgraded_args = dict(base, constants={"xdp_action": 2})
     check = run("xdp_program", upgraded_args, check=True, diff=True)
     assert check["changed"] and check["diff"]["before"]["constants"] == {}
-    upgraded = run("xdp_program", upgraded_args)
-    assert upgraded["changed"] and upgraded["id"] != first["id"]
+    upgraded = assert_rhythm(run, "xdp_program", upgraded_args)[0]
+    assert upgraded["id"] != first["id"]
     assert upgraded["link_id"] == first["link_id"], "bpf_link_update keeps the link"
     assert upgraded["maps"] == first["maps"]
     pair.burst(run, count=10, protocols=("udp",))
     prog = run("xdp_facts", dict(netns=pair.rx))["ansible_facts"]["xdp"]["interfaces"]["eth0"]
     assert prog["xdp"]["protocols"]["udp"] == 20, "counters survive the upgrade"
     assert pair.ip_in_receives() == 10, "the second program passes frames to the stack"
-    assert run("xdp_program", upgraded_args)["changed"] is False
 
 
 def test_mode_change_reattaches(run_distro, pair, drop_obj):
     base = dict(interface="eth0", netns=pair.rx, object=drop_obj)
     run_distro("xdp_program", dict(base, mode="native"))
-    res = run_distro("xdp_program", dict(base, mode="generic"))
-    assert res["changed"] and res["mode"] == "generic"
+    res = assert_rhythm(run_distro, "xdp_program", dict(base, mode="generic"))[0]
+    assert res["mode"] == "generic"
     assert "xdpgeneric" in sh("ip", "-n", pair.rx, "link", "show", "eth0").stdout
 
 
@@ -252,12 +251,11 @@ def test_foreign_program_is_left_alone(run, pair, drop_obj, pin_root):
 def test_force_takes_over_a_netlink_program_atomically(run_distro, pair, drop_obj, pin_root):
     attach_foreign(pair, drop_obj)
     args = dict(interface="eth0", netns=pair.rx, object=drop_obj, force=True, mode="native")
-    res = run_distro("xdp_program", args)
-    assert res["changed"] and res["attach"] == "netlink", res
-    assert run_distro("xdp_program", args)["changed"] is False
+    res = assert_rhythm(run_distro, "xdp_program", args)[0]
+    assert res["attach"] == "netlink", res
     # An upgrade of a netlink-held program replaces it with XDP_FLAGS_REPLACE.
-    up = run_distro("xdp_program", dict(args, constants={"xdp_action": 2}))
-    assert up["changed"] and up["attach"] == "netlink" and up["id"] != res["id"]
+    up = assert_rhythm(run_distro, "xdp_program", dict(args, constants={"xdp_action": 2}))[0]
+    assert up["attach"] == "netlink" and up["id"] != res["id"]
     assert ("prog/xdp id %d" % up["id"]) in pair.xdp_line()
     gone = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, state="absent"))
     assert gone["changed"] and pair.xdp_line() == "" and pins(pin_root) == []

@@ -139,8 +139,7 @@ class ObjectCache(object):
         """
         obj, manifest_path = self.paths(key)
         directory = os.path.dirname(obj)
-        if not os.path.isdir(directory):
-            os.makedirs(directory, 0o755)
+        os.makedirs(directory, 0o755, exist_ok=True)  # concurrent compiles share the cache
         tmp = tempfile.mkdtemp(prefix=".build-", dir=directory)
         try:
             tmp_obj = os.path.join(tmp, "out.o")

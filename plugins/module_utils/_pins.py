@@ -177,8 +177,8 @@ def prune_empty(path, levels):
 def interface_lock(netns_key, ifname):
     """Serialise changes to one interface across concurrent module runs."""
     directory = os.path.join(LOCK_DIR, netns_key)
-    if not os.path.isdir(directory):
-        os.makedirs(directory, 0o700)
+    # exist_ok: two first runs in a namespace may create it at the same moment.
+    os.makedirs(directory, 0o700, exist_ok=True)
     with open(os.path.join(directory, ifname + ".lock"), "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:

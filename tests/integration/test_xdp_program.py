@@ -284,7 +284,7 @@ def test_concurrent_runs_on_one_interface_are_serialised(run_distro, pair, drop_
     args = dict(interface="eth0", netns=pair.rx, object=drop_obj)
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(lambda _n: run_distro("xdp_program", args), range(2)))
-    assert not any(r.get("failed") for r in results), results
+    assert not any(r.get("failed") for r in results), [r.get("msg") for r in results]
     assert sorted(r["changed"] for r in results) == [False, True], results
     assert results[0]["id"] == results[1]["id"]
     assert ("prog/xdp id %d" % results[0]["id"]) in pair.xdp_line()

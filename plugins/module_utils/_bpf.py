@@ -9,8 +9,14 @@ Private to the ebpf.xdp collection: the interface may change without notice.
 
 libbpf does the real work (ELF relocations, BTF, map pinning and reuse,
 links); this file only declares the few C entry points the collection needs
-and turns negative return codes into BpfError with the errno and, for
-program loads, the verifier log.
+and turns negative return codes into BpfError, whose message names the
+operation and its target, with the errno and, for program loads, the
+verifier log.
+
+File descriptors are owned: Program, Map and Link each hold one and close
+it when their `with` block ends. Two commands go to the bpf() system call
+directly because Debian's libbpf 1.1 predates them: creating a tcx link
+with its ordering options, and querying what is attached on a tcx hook.
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ import errno as errno_mod
 import hashlib
 import os
 import platform
+from typing import Iterator
+
+from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 LIBBPF_SONAME = "libbpf.so.1"
 
@@ -28,6 +37,15 @@ LIBBPF_SONAME = "libbpf.so.1"
 BPF_XDP = 37
 BPF_TCX_INGRESS = 46
 BPF_TCX_EGRESS = 47
+ATTACH_TYPES = {BPF_XDP: "xdp", BPF_TCX_INGRESS: "tcx_ingress", BPF_TCX_EGRESS: "tcx_egress"}
+
+# bpf() commands and flags used without libbpf (uapi/linux/bpf.h).
+BPF_PROG_QUERY = 16
+BPF_LINK_CREATE = 28
+BPF_F_BEFORE = 1 << 3
+BPF_F_AFTER = 1 << 4
+BPF_F_ID = 1 << 5
+SYS_BPF = {"x86_64": 321, "aarch64": 280}
 
 # XDP flags (uapi/linux/if_link.h).
 XDP_FLAGS_UPDATE_IF_NOEXIST = 1 << 0
@@ -63,18 +81,18 @@ BTF_KIND_VAR = 14
 BTF_KIND_DATASEC = 15
 
 
-class BpfError(Exception):
-    """A libbpf or kernel failure, with errno and an optional log."""
+class BpfError(EbpfXdpError):
+    """A libbpf or kernel failure: the operation and target, errno, and an optional log."""
 
-    def __init__(self, message, err=None, log=None):
+    def __init__(self, message: str, err: int | None = None, log: str | None = None):
         self.errno = err
         self.log = log or ""
         if err:
             message = "%s: %s (errno %d %s)" % (
                 message, os.strerror(err), err, errno_mod.errorcode.get(err, ""))
-        super(BpfError, self).__init__(message)
+        super().__init__(message)
 
-    def log_tail(self, lines=30):
+    def log_tail(self, lines: int = 30) -> list[str]:
         return self.log.rstrip().splitlines()[-lines:]
 
 
@@ -108,7 +126,8 @@ class _MapInfo(ctypes.Structure):
 
 class _LinkInfo(ctypes.Structure):
     # struct bpf_link_info: the union starts 8-byte aligned; xdp and tcx
-    # both begin with the ifindex, tcx follows it with the attach type.
+    # both begin with the ifindex, tcx follows it with the attach type
+    # (xdp has none: its attach type is BPF_XDP by definition).
     _fields_ = [
         ("type", ctypes.c_uint32), ("id", ctypes.c_uint32),
         ("prog_id", ctypes.c_uint32), ("_pad", ctypes.c_uint32),
@@ -123,6 +142,28 @@ class _LinkCreateOpts(ctypes.Structure):
         ("iter_info", ctypes.c_void_p), ("iter_info_len", ctypes.c_uint32),
         ("target_btf_id", ctypes.c_uint32),
         ("_union", ctypes.c_uint64 * 5),
+    ]
+
+
+class _LinkCreateAttr(ctypes.Structure):
+    # union bpf_attr, BPF_LINK_CREATE, with the tcx member of its inner union.
+    _fields_ = [
+        ("prog_fd", ctypes.c_uint32), ("target_ifindex", ctypes.c_uint32),
+        ("attach_type", ctypes.c_uint32), ("flags", ctypes.c_uint32),
+        ("relative_fd_or_id", ctypes.c_uint32), ("_pad", ctypes.c_uint32),
+        ("expected_revision", ctypes.c_uint64),
+        ("_rest", ctypes.c_uint64 * 4),
+    ]
+
+
+class _ProgQueryAttr(ctypes.Structure):
+    # union bpf_attr, BPF_PROG_QUERY, as kernels with tcx (6.6+) define it.
+    _fields_ = [
+        ("target_ifindex", ctypes.c_uint32), ("attach_type", ctypes.c_uint32),
+        ("query_flags", ctypes.c_uint32), ("attach_flags", ctypes.c_uint32),
+        ("prog_ids", ctypes.c_uint64), ("count", ctypes.c_uint32), ("_pad", ctypes.c_uint32),
+        ("prog_attach_flags", ctypes.c_uint64), ("link_ids", ctypes.c_uint64),
+        ("link_attach_flags", ctypes.c_uint64), ("revision", ctypes.c_uint64),
     ]
 
 
@@ -222,7 +263,7 @@ def _print_hook(level, fmt, args):
 _print_cb = _PRINT_FN(_print_hook)
 
 
-def lib():
+def lib() -> ctypes.CDLL:
     """Load libbpf once; raise ImportError when it is not installed."""
     global _lib, _libc
     if _lib is None:
@@ -244,15 +285,15 @@ def lib():
     return _lib
 
 
-def take_messages():
+def take_messages() -> list[str]:
     """Return and clear what libbpf printed since the last call."""
     out = [m.rstrip("\n") for m in _messages]
     del _messages[:]
     return out
 
 
-def _check(ret, what):
-    """libbpf 1.x returns -errno and also sets errno."""
+def _check(ret: int | None, what: str) -> int:
+    """libbpf 1.x returns -errno and also sets errno; `what` names the operation and target."""
     if ret is None or ret < 0:
         err = -ret if ret else ctypes.get_errno()
         raise BpfError(what, err)
@@ -270,26 +311,26 @@ def _name(raw):
     return raw.decode("utf-8", "replace") if raw else ""
 
 
-def num_possible_cpus():
+def num_possible_cpus() -> int:
     return _check(lib().libbpf_num_possible_cpus(), "cannot count possible CPUs")
 
 
 # ---------------------------------------------------------------- objects
 
 
-class BpfObject(object):
+class BpfObject:
     """An ELF object opened by libbpf; use as a context manager.
 
     Closing the object closes its program and map fds; what was pinned or
     attached through a link stays in the kernel.
     """
 
-    def __init__(self, path):
+    def __init__(self, path: str):
         self.path = path
         lib()
         take_messages()
         self._obj = _check_ptr(lib().bpf_object__open_file(path.encode(), None),
-                               "libbpf cannot open %s" % path)
+                               "open BPF object %s" % path)
         self._log_bufs = {}
         self.loaded = False
 
@@ -316,14 +357,14 @@ class BpfObject(object):
             yield m
             m = lib().bpf_object__next_map(self._obj, m)
 
-    def programs(self):
+    def programs(self) -> list[dict]:
         return [{
             "name": _name(lib().bpf_program__name(p)),
             "section": _name(lib().bpf_program__section_name(p)),
             "type": PROG_TYPES.get(lib().bpf_program__type(p), str(lib().bpf_program__type(p))),
         } for p in self._programs()]
 
-    def maps(self, internal=False):
+    def maps(self, internal: bool = False) -> list[dict]:
         out = []
         for m in self._maps():
             is_internal = bool(lib().bpf_map__is_internal(m))
@@ -346,26 +387,26 @@ class BpfObject(object):
         raise BpfError("program %r not found in %s; it has: %s" % (
             name, self.path, ", ".join(p["name"] for p in self.programs()) or "none"))
 
-    def only_load(self, name):
+    def only_load(self, name: str) -> None:
         """Load just the named program (others in the object stay out of the kernel)."""
         wanted = self._find_program(name)
         for p in self._programs():
             lib().bpf_program__set_autoload(p, p == wanted)
 
-    def pin_maps(self, directory):
+    def pin_maps(self, directory: str) -> None:
         """Pin every user map at directory/NAME; libbpf reuses a compatible pin on load."""
         for m in self._maps():
             if lib().bpf_map__is_internal(m):
                 continue
             path = os.path.join(directory, _name(lib().bpf_map__name(m)))
-            _check(lib().bpf_map__set_pin_path(m, path.encode()), "cannot set pin path %s" % path)
+            _check(lib().bpf_map__set_pin_path(m, path.encode()), "set pin path %s" % path)
 
-    def clear_pin_paths(self):
+    def clear_pin_paths(self) -> None:
         """Keep every map out of bpffs, even those declared LIBBPF_PIN_BY_NAME (check mode)."""
         for m in self._maps():
-            _check(lib().bpf_map__set_pin_path(m, None), "cannot clear a map pin path")
+            _check(lib().bpf_map__set_pin_path(m, None), "clear the pin path of a map of %s" % self.path)
 
-    def data_digest(self):
+    def data_digest(self) -> str:
         """SHA-256 of the initial contents of .rodata/.data/.bss, constants included.
 
         The kernel's program tag covers instructions only: two objects that differ
@@ -384,7 +425,7 @@ class BpfObject(object):
                 digest.update(ctypes.string_at(base, size.value))
         return digest.hexdigest()
 
-    def set_constants(self, values):
+    def set_constants(self, values: dict | None) -> None:
         """Write load-time settings (const volatile globals) into .rodata."""
         if not values:
             return
@@ -399,7 +440,7 @@ class BpfObject(object):
                 self.path, ", ".join(unknown), ", ".join(sorted(variables)) or "none"))
         size = ctypes.c_size_t()
         base = _check_ptr(lib().bpf_map__initial_value(rodata, ctypes.byref(size)),
-                          "cannot reach .rodata of %s" % self.path)
+                          "reach .rodata of %s" % self.path)
         for name, value in values.items():
             offset, width = variables[name]
             if isinstance(value, bool):
@@ -426,7 +467,7 @@ class BpfObject(object):
             out[_name(lib().btf__name_by_offset(btf, var.name_off))] = (info.offset, info.size)
         return out
 
-    def load(self):
+    def load(self) -> None:
         """Load into the kernel; a verifier rejection carries the verifier log."""
         for p in self._programs():
             buf = ctypes.create_string_buffer(1 << 20)
@@ -442,154 +483,164 @@ class BpfObject(object):
                            "\n".join(logs) if logs else "\n".join(messages))
         self.loaded = True
 
-    def program_fd(self, name):
-        return _check(lib().bpf_program__fd(self._find_program(name)), "program %s is not loaded" % name)
+    def program(self, name: str) -> Program:
+        """The loaded program, with an fd of its own (it stays valid after close())."""
+        fd = _check(lib().bpf_program__fd(self._find_program(name)), "program %s of %s is not loaded" % (name, self.path))
+        return Program(os.dup(fd), name)
 
-    def map_fds(self):
-        return dict((_name(lib().bpf_map__name(m)), lib().bpf_map__fd(m))
-                    for m in self._maps() if not lib().bpf_map__is_internal(m))
-
-
-# ---------------------------------------------------------------- fds, pins, info
-
-
-def obj_get(path):
-    return _check(lib().bpf_obj_get(path.encode()), "cannot open pinned object %s" % path)
+    def map_names(self) -> list[str]:
+        """Names of the object's maps, without libbpf's internal .rodata/.data/.bss."""
+        return [_name(lib().bpf_map__name(m)) for m in self._maps() if not lib().bpf_map__is_internal(m)]
 
 
-def obj_pin(fd, path):
-    _check(lib().bpf_obj_pin(fd, path.encode()), "cannot pin at %s" % path)
+# ---------------------------------------------------------------- owned fds
 
 
-def prog_fd_by_id(prog_id):
-    return _check(lib().bpf_prog_get_fd_by_id(prog_id), "no BPF program with id %d" % prog_id)
+class Fd:
+    """One owned file descriptor of a BPF object, closed by close() or at the end of `with`."""
 
+    kind = "object"
 
-def map_fd_by_id(map_id):
-    return _check(lib().bpf_map_get_fd_by_id(map_id), "no BPF map with id %d" % map_id)
-
-
-def link_fd_by_id(link_id):
-    return _check(lib().bpf_link_get_fd_by_id(link_id), "no BPF link with id %d" % link_id)
-
-
-def _info(fd, struct):
-    info = struct()
-    size = _U32(ctypes.sizeof(info))
-    _check(lib().bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)),
-           "cannot read object info")
-    return info
-
-
-def prog_info(fd):
-    info = _info(fd, _ProgInfo)
-    nr_maps = info.nr_map_ids
-    map_ids = []
-    if nr_maps:
-        ids = (_U32 * nr_maps)()
-        again = _ProgInfo()
-        again.nr_map_ids = nr_maps
-        again.map_ids = ctypes.addressof(ids)
-        size = _U32(ctypes.sizeof(again))
-        _check(lib().bpf_obj_get_info_by_fd(fd, ctypes.byref(again), ctypes.byref(size)),
-               "cannot read program map ids")
-        map_ids = list(ids)[:min(nr_maps, again.nr_map_ids)]
-    return {
-        "id": info.id,
-        "name": _name(info.name),
-        "tag": bytes(info.tag).hex(),
-        "type": PROG_TYPES.get(info.type, str(info.type)),
-        "map_ids": map_ids,
-    }
-
-
-def map_info(fd):
-    info = _info(fd, _MapInfo)
-    return {
-        "id": info.id,
-        "name": _name(info.name),
-        "type": MAP_TYPES.get(info.type, str(info.type)),
-        "type_id": info.type,
-        "key_size": info.key_size,
-        "value_size": info.value_size,
-        "max_entries": info.max_entries,
-    }
-
-
-def link_info(fd):
-    info = _info(fd, _LinkInfo)
-    return {
-        "id": info.id,
-        "type": LINK_TYPES.get(info.type, str(info.type)),
-        "prog_id": info.prog_id,
-        "ifindex": info.ifindex,
-    }
-
-
-def link_ids():
-    """Every BPF link id in the system."""
-    out = []
-    cur = _U32(0)
-    nxt = _U32(0)
-    while lib().bpf_link_get_next_id(cur.value, ctypes.byref(nxt)) == 0:
-        out.append(nxt.value)
-        cur.value = nxt.value
-    return out
-
-
-def close(fd):
-    if fd is not None and fd >= 0:
-        os.close(fd)
-
-
-# ---------------------------------------------------------------- maps
-
-
-def map_create(map_type, name, key_size, value_size, max_entries):
-    return _check(lib().bpf_map_create(map_type, name.encode(), key_size, value_size, max_entries, None),
-                  "cannot create map %s" % name)
-
-
-class MapHandle(object):
-    """Typed access to one map fd; per-CPU values come back as one entry per CPU."""
-
-    def __init__(self, fd):
+    def __init__(self, fd: int, label: str):
         self.fd = fd
-        self.info = map_info(fd)
+        self.label = label
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    @classmethod
+    def from_pin(cls, path: str):
+        return cls(_check(lib().bpf_obj_get(path.encode()), "open pinned %s %s" % (cls.kind, path)), path)
+
+    def pin(self, path: str) -> None:
+        _check(lib().bpf_obj_pin(self.fd, path.encode()), "pin %s %s at %s" % (self.kind, self.label, path))
+
+    def _info(self, struct):
+        info = struct()
+        size = _U32(ctypes.sizeof(info))
+        _check(lib().bpf_obj_get_info_by_fd(self.fd, ctypes.byref(info), ctypes.byref(size)),
+               "read info of %s %s" % (self.kind, self.label))
+        return info
+
+
+class Program(Fd):
+    kind = "program"
+
+    @classmethod
+    def from_id(cls, prog_id: int) -> Program:
+        return cls(_check(lib().bpf_prog_get_fd_by_id(prog_id), "open BPF program id %d" % prog_id),
+                   "id %d" % prog_id)
+
+    def info(self) -> dict:
+        """id, name, tag, type and the ids of the maps the program uses."""
+        info = self._info(_ProgInfo)
+        map_ids = []
+        if info.nr_map_ids:
+            ids = (_U32 * info.nr_map_ids)()
+            again = _ProgInfo(nr_map_ids=info.nr_map_ids, map_ids=ctypes.addressof(ids))
+            size = _U32(ctypes.sizeof(again))
+            _check(lib().bpf_obj_get_info_by_fd(self.fd, ctypes.byref(again), ctypes.byref(size)),
+                   "read map ids of program %s" % self.label)
+            map_ids = list(ids)[:min(info.nr_map_ids, again.nr_map_ids)]
+        return {
+            "id": info.id,
+            "name": _name(info.name),
+            "tag": bytes(info.tag).hex(),
+            "type": PROG_TYPES.get(info.type, str(info.type)),
+            "map_ids": map_ids,
+        }
+
+    def test_run(self, data: bytes, repeat: int = 1, flags: int = 0, batch_size: int = 0,
+                 ctx: bytes | None = None) -> tuple[int, int]:
+        """BPF_PROG_TEST_RUN; returns (retval, average duration in ns)."""
+        data_buf = ctypes.create_string_buffer(bytes(data), len(data))
+        ctx_buf = ctypes.create_string_buffer(bytes(ctx), len(ctx)) if ctx else None
+        opts = _TestRunOpts(sz=ctypes.sizeof(_TestRunOpts),
+                            data_in=ctypes.addressof(data_buf), data_size_in=len(data),
+                            repeat=repeat, flags=flags, batch_size=batch_size)
+        if ctx_buf is not None:
+            opts.ctx_in = ctypes.addressof(ctx_buf)
+            opts.ctx_size_in = len(ctx)
+        _check(lib().bpf_prog_test_run_opts(self.fd, ctypes.byref(opts)), "test-run program %s" % self.label)
+        return opts.retval, opts.duration
+
+
+class Map(Fd):
+    """Typed access to one map; per-CPU values come back as one entry per CPU."""
+
+    kind = "map"
+
+    def __init__(self, fd: int, label: str):
+        super().__init__(fd, label)
+        try:
+            self.info = self._read_info()
+        except BpfError:
+            self.close()
+            raise
         self.percpu = self.info["type_id"] in PERCPU_MAP_TYPES
         self.ncpus = num_possible_cpus() if self.percpu else 1
         # The kernel copies per-CPU values in 8-byte slots.
         self.slot = (self.info["value_size"] + 7) // 8 * 8 if self.percpu else self.info["value_size"]
 
-    def _key(self, key):
+    @classmethod
+    def from_id(cls, map_id: int) -> Map:
+        return cls(_check(lib().bpf_map_get_fd_by_id(map_id), "open BPF map id %d" % map_id), "id %d" % map_id)
+
+    @classmethod
+    def create(cls, map_type: int, name: str, key_size: int, value_size: int, max_entries: int) -> Map:
+        fd = _check(lib().bpf_map_create(map_type, name.encode(), key_size, value_size, max_entries, None),
+                    "create map %s" % name)
+        return cls(fd, name)
+
+    def _read_info(self) -> dict:
+        info = self._info(_MapInfo)
+        return {
+            "id": info.id,
+            "name": _name(info.name),
+            "type": MAP_TYPES.get(info.type, str(info.type)),
+            "type_id": info.type,
+            "key_size": info.key_size,
+            "value_size": info.value_size,
+            "max_entries": info.max_entries,
+        }
+
+    def _key(self, key: bytes):
         return ctypes.create_string_buffer(bytes(key), self.info["key_size"])
 
-    def lookup(self, key):
+    def lookup(self, key: bytes) -> bytes | list[bytes] | None:
         """Raw value bytes (list of per-CPU bytes for per-CPU maps), or None."""
         value = ctypes.create_string_buffer(self.slot * self.ncpus)
         ret = lib().bpf_map_lookup_elem(self.fd, self._key(key), value)
         if ret < 0:
             if -ret == errno_mod.ENOENT:
                 return None
-            _check(ret, "lookup in map %s" % self.info["name"])
+            _check(ret, "look up a key in map %s" % self.label)
         raw = value.raw
         if self.percpu:
             return [raw[i * self.slot:i * self.slot + self.info["value_size"]] for i in range(self.ncpus)]
         return raw
 
-    def update(self, key, value, flags=0):
+    def update(self, key: bytes, value: bytes, flags: int = 0) -> None:
         _check(lib().bpf_map_update_elem(self.fd, self._key(key),
                                          ctypes.create_string_buffer(bytes(value), self.slot * self.ncpus),
                                          flags),
-               "update in map %s" % self.info["name"])
+               "update a key in map %s" % self.label)
 
-    def delete(self, key):
+    def delete(self, key: bytes) -> bool:
         ret = lib().bpf_map_delete_elem(self.fd, self._key(key))
         if ret < 0 and -ret != errno_mod.ENOENT:
-            _check(ret, "delete in map %s" % self.info["name"])
+            _check(ret, "delete a key in map %s" % self.label)
         return ret == 0
 
-    def keys(self):
+    def keys(self) -> list[bytes]:
         out = []
         cur = None
         nxt = ctypes.create_string_buffer(self.info["key_size"])
@@ -598,63 +649,126 @@ class MapHandle(object):
             if ret < 0:
                 if -ret == errno_mod.ENOENT:
                     return out
-                _check(ret, "iterate map %s" % self.info["name"])
+                _check(ret, "iterate map %s" % self.label)
             out.append(nxt.raw)
             cur = ctypes.create_string_buffer(nxt.raw, self.info["key_size"])
 
-    def items(self):
+    def items(self) -> Iterator[tuple[bytes, bytes | list[bytes]]]:
         for key in self.keys():
             value = self.lookup(key)
             if value is not None:
                 yield key, value
 
 
-# ---------------------------------------------------------------- attach
+class Link(Fd):
+    """A bpf_link: attached while an fd or a pin holds it; updated in place."""
+
+    kind = "link"
+
+    @classmethod
+    def from_id(cls, link_id: int) -> Link:
+        return cls(_check(lib().bpf_link_get_fd_by_id(link_id), "open BPF link id %d" % link_id),
+                   "id %d" % link_id)
+
+    @classmethod
+    def create(cls, prog: Program, ifindex: int, attach_type: int, flags: int = 0) -> Link:
+        """Attach prog to an interface hook (XDP: flags choose the mode) through a new link."""
+        opts = _LinkCreateOpts(sz=ctypes.sizeof(_LinkCreateOpts), flags=flags)
+        what = "attach %s link to ifindex %d" % (ATTACH_TYPES.get(attach_type, attach_type), ifindex)
+        return cls(_check(lib().bpf_link_create(prog.fd, ifindex, attach_type, ctypes.byref(opts)), what), what)
+
+    @classmethod
+    def create_tcx(cls, prog: Program, ifindex: int, attach_type: int, flags: int = 0,
+                   relative_id: int = 0, expected_revision: int = 0) -> Link:
+        """Attach prog at a tcx hook, ordered relative to another program or link (BPF_F_BEFORE/AFTER)."""
+        attr = _LinkCreateAttr(prog_fd=prog.fd, target_ifindex=ifindex, attach_type=attach_type,
+                               flags=flags | (BPF_F_ID if relative_id else 0), relative_fd_or_id=relative_id,
+                               expected_revision=expected_revision)
+        what = "attach %s link to ifindex %d" % (ATTACH_TYPES.get(attach_type, attach_type), ifindex)
+        return cls(_sys_bpf(BPF_LINK_CREATE, attr, what), what)
+
+    def info(self) -> dict:
+        """id, kind of link, program id, ifindex and attach type."""
+        info = self._info(_LinkInfo)
+        kind = LINK_TYPES.get(info.type, str(info.type))
+        attach_type = info.attach_type if kind == "tcx" else BPF_XDP if kind == "xdp" else None
+        return {
+            "id": info.id,
+            "type": kind,
+            "prog_id": info.prog_id,
+            "ifindex": info.ifindex if kind in ("xdp", "tcx") else None,
+            "attach_type": ATTACH_TYPES.get(attach_type, attach_type),
+        }
+
+    def update(self, prog: Program) -> None:
+        """Swap the program atomically: the hook is never without one."""
+        _check(lib().bpf_link_update(self.fd, prog.fd, None), "update link %s to program %s" % (self.label, prog.label))
+
+    def detach(self) -> None:
+        """Detach now (unpinning alone releases the link later, after RCU and a workqueue)."""
+        _check(lib().bpf_link_detach(self.fd), "detach link %s" % self.label)
 
 
-def link_create(prog_fd, target, attach_type, flags=0):
-    opts = _LinkCreateOpts(sz=ctypes.sizeof(_LinkCreateOpts), flags=flags)
-    return _check(lib().bpf_link_create(prog_fd, target, attach_type, ctypes.byref(opts)),
-                  "cannot create link")
+def links() -> Iterator[dict]:
+    """info() of every BPF link in the system; links that vanish while listed are skipped."""
+    cur = _U32(0)
+    nxt = _U32(0)
+    while lib().bpf_link_get_next_id(cur.value, ctypes.byref(nxt)) == 0:
+        cur.value = nxt.value
+        try:
+            link = Link.from_id(nxt.value)
+        except BpfError:
+            continue
+        with link:
+            yield link.info()
 
 
-def link_update(link_fd, prog_fd):
-    _check(lib().bpf_link_update(link_fd, prog_fd, None), "cannot update link")
+def _sys_bpf(cmd: int, attr: ctypes.Structure, what: str) -> int:
+    number = SYS_BPF.get(platform.machine())
+    if number is None:
+        raise BpfError("%s: the bpf() system call number of %s is not known here" % (what, platform.machine()))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    ret = libc.syscall(ctypes.c_long(number), ctypes.c_int(cmd), ctypes.byref(attr),
+                       ctypes.c_uint(ctypes.sizeof(attr)))
+    if ret < 0:
+        raise BpfError(what, ctypes.get_errno())
+    return ret
 
 
-def link_detach(link_fd):
-    _check(lib().bpf_link_detach(link_fd), "cannot detach link")
+def tcx_query(ifindex: int, attach_type: int) -> dict:
+    """What a tcx hook holds, in run order: program ids, link ids (0 for none) and the hook's revision."""
+    what = "query %s hook of ifindex %d" % (ATTACH_TYPES.get(attach_type, attach_type), ifindex)
+    attr = _ProgQueryAttr(target_ifindex=ifindex, attach_type=attach_type)
+    _sys_bpf(BPF_PROG_QUERY, attr, what)
+    count = attr.count
+    prog_ids, link_ids = (_U32 * count)(), (_U32 * count)()
+    attr = _ProgQueryAttr(target_ifindex=ifindex, attach_type=attach_type, count=count,
+                          prog_ids=ctypes.addressof(prog_ids), link_ids=ctypes.addressof(link_ids))
+    _sys_bpf(BPF_PROG_QUERY, attr, what)
+    n = min(count, attr.count)
+    return {"prog_ids": list(prog_ids)[:n], "link_ids": list(link_ids)[:n], "revision": attr.revision}
 
 
-def xdp_attach_netlink(ifindex, prog_fd, flags, old_prog_fd=None):
-    """Netlink attach through libbpf; with old_prog_fd the kernel replaces atomically.
+# ---------------------------------------------------------------- netlink attach
+
+
+def xdp_attach_netlink(ifindex: int, prog: Program, flags: int, old_prog: Program | None = None) -> None:
+    """Netlink attach through libbpf; with old_prog the kernel replaces atomically.
 
     libbpf's netlink code is used rather than pyroute2's because pyroute2 0.7
     encodes IFLA_XDP_FLAGS as a 16-bit big-endian value the kernel rejects.
     """
-    opts = _XdpAttachOpts(sz=ctypes.sizeof(_XdpAttachOpts), old_prog_fd=old_prog_fd or 0)
-    if old_prog_fd is not None:
+    opts = _XdpAttachOpts(sz=ctypes.sizeof(_XdpAttachOpts), old_prog_fd=old_prog.fd if old_prog else 0)
+    if old_prog is not None:
         flags |= XDP_FLAGS_REPLACE
-    _check(lib().bpf_xdp_attach(ifindex, prog_fd, flags, ctypes.byref(opts)),
-           "cannot attach XDP program over netlink")
+    _check(lib().bpf_xdp_attach(ifindex, prog.fd, flags, ctypes.byref(opts)),
+           "attach XDP program %s to ifindex %d over netlink" % (prog.label, ifindex))
 
 
-def xdp_detach_netlink(ifindex, flags, old_prog_fd=None):
-    opts = _XdpAttachOpts(sz=ctypes.sizeof(_XdpAttachOpts), old_prog_fd=old_prog_fd or 0)
-    if old_prog_fd is not None:
+def xdp_detach_netlink(ifindex: int, flags: int, old_prog: Program | None = None) -> None:
+    opts = _XdpAttachOpts(sz=ctypes.sizeof(_XdpAttachOpts), old_prog_fd=old_prog.fd if old_prog else 0)
+    if old_prog is not None:
         flags |= XDP_FLAGS_REPLACE
-    _check(lib().bpf_xdp_detach(ifindex, flags, ctypes.byref(opts)), "cannot detach XDP program")
-
-
-def prog_test_run(prog_fd, data, repeat=1, flags=0, batch_size=0, ctx=None):
-    """BPF_PROG_TEST_RUN; returns (retval, average duration in ns)."""
-    data_buf = ctypes.create_string_buffer(bytes(data), len(data))
-    ctx_buf = ctypes.create_string_buffer(bytes(ctx), len(ctx)) if ctx else None
-    opts = _TestRunOpts(sz=ctypes.sizeof(_TestRunOpts),
-                        data_in=ctypes.addressof(data_buf), data_size_in=len(data),
-                        repeat=repeat, flags=flags, batch_size=batch_size)
-    if ctx_buf is not None:
-        opts.ctx_in = ctypes.addressof(ctx_buf)
-        opts.ctx_size_in = len(ctx)
-    _check(lib().bpf_prog_test_run_opts(prog_fd, ctypes.byref(opts)), "BPF_PROG_TEST_RUN failed")
-    return opts.retval, opts.duration
+    _check(lib().bpf_xdp_detach(ifindex, flags, ctypes.byref(opts)),
+           "detach the XDP program of ifindex %d over netlink" % ifindex)

@@ -20,6 +20,7 @@ from ansible.module_utils.common.respawn import has_respawned, probe_interpreter
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _netlink, _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils._compile import CompileError
+from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 # Documented by doc fragment ebpf.xdp.interface.
 INTERFACE_ARGS = dict(
@@ -37,7 +38,7 @@ PIN_ROOT_ARGS = dict(
 SYSTEM_INTERPRETERS = ["/usr/bin/python3", "/usr/libexec/platform-python", "/usr/bin/python"]
 
 
-def require_libraries(module, libbpf=True, pyroute2=True):
+def require_libraries(module, libbpf: bool = True, pyroute2: bool = True) -> None:
     """Fail with missing_required_lib when a needed binding is absent.
 
     An interpreter without pyroute2 (a virtualenv, say) hands the module over
@@ -62,7 +63,7 @@ CAPABILITIES = {"CAP_NET_ADMIN": 12, "CAP_NET_RAW": 13, "CAP_SYS_ADMIN": 21, "CA
 BPF_CAPABILITIES = ("CAP_BPF", "CAP_NET_ADMIN", "CAP_SYS_ADMIN")
 
 
-def missing_capabilities(needed):
+def missing_capabilities(needed) -> list[str]:
     """Names in `needed` that the effective capability set of this process lacks."""
     try:
         with open("/proc/self/status") as status:
@@ -76,7 +77,7 @@ def missing_capabilities(needed):
     return [name for name in needed if not effective & (1 << CAPABILITIES[name])]
 
 
-def require_privileges(module, needed=BPF_CAPABILITIES):
+def require_privileges(module, needed=BPF_CAPABILITIES) -> None:
     """BPF and netlink changes need capabilities a normal user lacks; say so before touching anything."""
     missing = missing_capabilities(needed)
     if missing:
@@ -84,10 +85,11 @@ def require_privileges(module, needed=BPF_CAPABILITIES):
                              "(become: true)" % (", ".join(missing), os.geteuid()))
 
 
-KNOWN_ERRORS = (_bpf.BpfError, _netlink.NetlinkLookupError, _pins.PinError, CompileError, OSError)
+# What a module turns into fail_json; anything else is a bug and keeps its traceback.
+KNOWN_ERRORS = (EbpfXdpError, OSError)
 
 
-def fail_from(module, exc, **result):
+def fail_from(module, exc: Exception, **result) -> None:
     """Turn a domain exception into fail_json with what a user can act on."""
     details = dict(result)
     if isinstance(exc, _bpf.BpfError):

@@ -23,18 +23,20 @@ import sysconfig
 import tempfile
 import time
 
+from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
+
 DEFAULT_CACHE_DIR = "/var/cache/ebpf_xdp/objects"
 BASE_FLAGS = ["-target", "bpf", "-O2", "-g"]
 CACHE_FORMAT = 1
 
 
-class CompileError(Exception):
+class CompileError(EbpfXdpError):
     def __init__(self, message, output=""):
         super(CompileError, self).__init__(message)
         self.output = output
 
 
-def sha256_file(path):
+def sha256_file(path: str) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 16), b""):
@@ -42,14 +44,14 @@ def sha256_file(path):
     return digest.hexdigest()
 
 
-def multiarch_include():
+def multiarch_include() -> list[str]:
     """Debian keeps asm/ under /usr/include/<triplet>; -target bpf does not look there."""
     triplet = sysconfig.get_config_var("MULTIARCH")
     path = os.path.join("/usr/include", triplet) if triplet else None
     return [path] if path and os.path.isdir(path) else []
 
 
-def compile_argv(clang, src, out, include_dirs=(), defines=None, cflags=()):
+def compile_argv(clang: str, src: str, out: str, include_dirs=(), defines: dict | None = None, cflags=()) -> list[str]:
     argv = [clang] + BASE_FLAGS
     for name, value in sorted((defines or {}).items()):
         argv.append("-D%s" % name if value is None or value == "" else "-D%s=%s" % (name, value))
@@ -60,14 +62,14 @@ def compile_argv(clang, src, out, include_dirs=(), defines=None, cflags=()):
     return argv
 
 
-def clang_identity(clang_path):
+def clang_identity(clang_path: str) -> str:
     """Identify the compiler without running it: its resolved path, size and mtime."""
     real = os.path.realpath(clang_path)
     st = os.stat(real)
     return "%s:%d:%d" % (real, st.st_size, int(st.st_mtime))
 
 
-def cache_key(src, clang_path, include_dirs, defines, cflags):
+def cache_key(src: str, clang_path: str, include_dirs, defines: dict, cflags) -> str:
     material = {
         "format": CACHE_FORMAT,
         "source": sha256_file(src),
@@ -80,7 +82,7 @@ def cache_key(src, clang_path, include_dirs, defines, cflags):
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
 
-def parse_depfile(text):
+def parse_depfile(text: str) -> list[str]:
     """Files listed in a make-style dependency file written by clang -MD."""
     body = text.replace("\\\n", " ")
     deps = body.partition(": ")[2]
@@ -101,7 +103,7 @@ def listings(directories):
     return out
 
 
-class ObjectCache(object):
+class ObjectCache:
     def __init__(self, directory):
         self.directory = directory
 
@@ -109,7 +111,7 @@ class ObjectCache(object):
         base = os.path.join(self.directory, key[:2], key)
         return base + ".o", base + ".json"
 
-    def lookup(self, key, search_dirs=()):
+    def lookup(self, key: str, search_dirs=()) -> dict | None:
         """The manifest of a valid entry, or None on a miss."""
         obj, manifest_path = self.paths(key)
         try:
@@ -131,7 +133,7 @@ class ObjectCache(object):
         manifest["path"] = obj
         return manifest
 
-    def build(self, key, run_command, argv_for, src, search_dirs=()):
+    def build(self, key: str, run_command, argv_for, src: str, search_dirs=()) -> dict:
         """Compile into the cache; run_command(argv) -> (rc, out, err).
 
         An input edited while clang runs makes the build fail rather than
@@ -172,7 +174,7 @@ class ObjectCache(object):
         return manifest
 
 
-def install(src, dest):
+def install(src: str, dest: str) -> None:
     """Copy src to dest atomically (write a temporary file, then rename)."""
     directory = os.path.dirname(os.path.abspath(dest))
     fd, tmp = tempfile.mkstemp(prefix=".ebpf_xdp-", dir=directory)

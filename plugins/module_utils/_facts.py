@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _netlink, _pins, _xdp
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _hooks, _netlink, _pins
 
 # Maps with this name are keyed by IP protocol number (xdp_drop_count, xdp1).
 PROTOCOL_MAP = "proto_count"
@@ -21,88 +21,72 @@ IP_PROTOCOLS = {0: "other", 1: "icmp", 2: "igmp", 6: "tcp", 17: "udp", 41: "ipv6
 COUNTER_VALUE_SIZE = 8
 
 
-def protocol_name(number):
+def protocol_name(number: int) -> str:
     return IP_PROTOCOLS.get(number, "proto-%d" % number)
 
 
-def read_counters(fd):
+def read_counters(counter_map: _bpf.Map) -> dict | None:
     """{key: total} for maps of 64-bit counters, summed over CPUs; zeros left out.
 
     Returns None for maps that do not hold counters (devmaps, structs, ...).
     """
-    handle = _bpf.MapHandle(fd)
-    info = handle.info
+    info = counter_map.info
     if info["value_size"] != COUNTER_VALUE_SIZE or info["key_size"] not in (1, 2, 4, 8):
         return None
     if info["type"] not in ("array", "percpu_array", "hash", "percpu_hash", "lru_hash", "lru_percpu_hash"):
         return None
     totals = {}
-    for key, value in handle.items():
-        parts = value if handle.percpu else [value]
+    for key, value in counter_map.items():
+        parts = value if counter_map.percpu else [value]
         total = sum(int.from_bytes(part, "little") for part in parts)
         if total:
             totals[int.from_bytes(key, "little")] = total
     return totals
 
 
-def program_maps(prog_id):
-    """The program's maps (without libbpf's internal .rodata/.bss) and their counters."""
-    fd = _bpf.prog_fd_by_id(prog_id)
-    try:
-        info = _bpf.prog_info(fd)
-    finally:
-        _bpf.close(fd)
+def program_maps(map_ids: list[int]) -> tuple[list[dict], dict]:
+    """A program's maps (without libbpf's internal .rodata/.bss) and their counters."""
     maps, counters = [], {}
-    for map_id in info["map_ids"]:
-        mfd = _bpf.map_fd_by_id(map_id)
-        try:
-            minfo = _bpf.map_info(mfd)
-            if "." in minfo["name"]:
+    for map_id in map_ids:
+        with _bpf.Map.from_id(map_id) as prog_map:
+            info = dict(prog_map.info)
+            if "." in info["name"]:
                 continue  # .rodata, .bss, .data: settings, not state
-            minfo.pop("type_id")
-            maps.append(minfo)
-            values = read_counters(mfd)
+            info.pop("type_id")
+            maps.append(info)
+            values = read_counters(prog_map)
             if values is not None:
-                counters[minfo["name"]] = values
-        finally:
-            _bpf.close(mfd)
-    return info, maps, counters
+                counters[info["name"]] = values
+    return maps, counters
 
 
-def _program(prog_id, mode, record):
-    info, maps, counters = program_maps(prog_id)
-    entry = {
-        "id": prog_id, "name": info["name"], "tag": info["tag"], "mode": mode,
-        "owner": "ebpf.xdp" if record else "unmanaged",
-        "maps": maps,
-        "counters": dict((name, dict((str(k), v) for k, v in sorted(values.items())))
-                         for name, values in counters.items()),
-    }
-    if record:
-        entry.update(object=record.get("object"), object_sha256=record.get("object_sha256"),
-                     program=record.get("program_name"), constants=record.get("constants", {}),
-                     attach=record.get("attach"), link_id=record.get("link_id"))
+def hook_entry(observed: _hooks.Observed) -> dict:
+    """What the facts say of one hook's program: its state, maps and counters."""
+    maps, counters = program_maps(observed.map_ids)
+    entry = _hooks.report(observed)
+    entry.update(maps=maps, counters=dict((name, dict((str(k), v) for k, v in sorted(values.items())))
+                                          for name, values in counters.items()))
     if PROTOCOL_MAP in counters:
         entry["protocols"] = dict((protocol_name(k), v) for k, v in sorted(counters[PROTOCOL_MAP].items()))
     return entry
 
 
-def snapshot(pin_root, netns, wanted):
+def snapshot(pin_root: str, netns: str | None, wanted: list[str]) -> dict:
     """Interfaces (all, or those named in wanted) with their XDP programs and counters."""
     key = _netlink.netns_key(netns)
     out = {}
     for iface in _netlink.interfaces():
         name = iface["ifname"]
-        prog_id, mode = _xdp.live_program(iface)
         if wanted and name not in wanted:
             continue
+        prog_id, _mode = _hooks.xdp_live(iface)
         if not wanted and not prog_id:
             continue
         entry = {"ifindex": iface["ifindex"], "mac": iface["mac"], "mtu": iface["mtu"],
                  "stats": iface["stats"], "xdp": None}
         if prog_id:
-            record = _xdp.ownership(_pins.Attachment(pin_root, key, name, _xdp.HOOK), prog_id)
-            entry["xdp"] = _program(prog_id, mode, record)
+            pins = _pins.PinDir.for_hook(pin_root, key, name, "xdp")
+            entry["xdp"] = hook_entry(_hooks.observe_xdp(iface, pins))
         out[name] = entry
     missing = sorted(set(wanted or ()) - set(out))
     if missing:
@@ -117,7 +101,7 @@ def _rate(before, after, seconds):
     return round((after - (before or 0)) / seconds, 1)
 
 
-def with_rates(pin_root, netns, wanted, interval):
+def with_rates(pin_root: str, netns: str | None, wanted: list[str], interval: float) -> dict:
     """Two snapshots `interval` seconds apart; rates are per second."""
     first = snapshot(pin_root, netns, wanted)
     start = time.monotonic()

@@ -21,6 +21,9 @@ import ctypes
 import errno
 import os
 import traceback
+from typing import Iterator
+
+from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 try:
     from pyroute2 import IPRoute
@@ -39,7 +42,7 @@ CLONE_NEWNET = 0x40000000
 XDP_ATTACHED_MODES = {"xdp": "native", "xdpgeneric": "generic", "xdpoffload": "offload", "xdpmulti": "multi"}
 
 
-class NetlinkLookupError(Exception):
+class NetlinkLookupError(EbpfXdpError):
     """A namespace or interface that does not exist."""
 
 
@@ -51,7 +54,7 @@ def _setns(fd):
 
 
 @contextlib.contextmanager
-def netns(name):
+def netns(name: str | None) -> Iterator[None]:
     """Run the body inside network namespace `name` (None: stay where we are)."""
     if not name:
         yield
@@ -82,7 +85,7 @@ def _ns_inode(path):
         return None
 
 
-def netns_key(name=None):
+def netns_key(name: str | None = None) -> str:
     """A stable name for the current network namespace, used in pin paths.
 
     Several lab hosts share one bpffs, so pins are kept per namespace: the
@@ -110,13 +113,13 @@ def _link(ipr, ifname):
         raise
 
 
-def interface(ifname):
+def interface(ifname: str) -> dict:
     """Index, MAC address and XDP state of one interface in the current namespace."""
     with IPRoute() as ipr:
         return _describe(_link(ipr, ifname))
 
 
-def interfaces():
+def interfaces() -> list[dict]:
     """Every interface in the current namespace, as interface() describes it."""
     with IPRoute() as ipr:
         return [_describe(link) for link in ipr.get_links()]

@@ -3,18 +3,23 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""bpffs layout, ownership records and per-interface locks.
+"""bpffs layout, ownership records and locks.
 
 Private to the ebpf.xdp collection: the interface may change without notice.
 
-Layout under the pin root (default /sys/fs/bpf/ebpf_xdp):
+The layout, spelled out here and nowhere else. Under the pin root (default
+/sys/fs/bpf/ebpf_xdp), one directory per network namespace, because several
+lab hosts share one bpffs:
 
-    <pin_root>/<netns>/<ifname>/<hook>/prog     the attached program
-    <pin_root>/<netns>/<ifname>/<hook>/link     its bpf_link, when attached by link
-    <pin_root>/<netns>/<ifname>/<hook>/owner    the ownership record
-    <pin_root>/<netns>/<ifname>/<hook>/maps/*   the program's maps, reused on reload
+    <pin_root>/<netns>/<ifname>/<hook>/     one attachment (hook: xdp, tc_ingress, tc_egress)
+        prog                                the attached program
+        link                                its bpf_link, when a link holds it
+        owner                               the ownership record
+        maps/<name>                         the program's maps, reused on reload
 
-bpffs holds only BPF objects, so the ownership record is a one-entry BPF
+Other things the collection owns (a multicast group spanning interfaces, for
+one) get a PinDir of their own under <pin_root>/<netns>/ with their own
+record. bpffs holds only BPF objects, so a Record is a pinned one-entry BPF
 array whose value is a small JSON document: the state stays in bpffs and
 disappears with it (on reboot), never out of step with the kernel.
 """
@@ -28,8 +33,10 @@ import fcntl
 import json
 import os
 import shutil
+from typing import Iterator
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf
+from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 DEFAULT_PIN_ROOT = "/sys/fs/bpf/ebpf_xdp"
 BPF_FS_MAGIC = 0xCAFE4A11
@@ -39,11 +46,11 @@ RECORD_VERSION = 1
 MANAGED_BY = "ebpf.xdp"
 
 
-class PinError(Exception):
+class PinError(EbpfXdpError):
     pass
 
 
-def filesystem_magic(path):
+def filesystem_magic(path: str) -> int:
     """f_type of the filesystem holding path (statvfs does not expose it)."""
     libc = ctypes.CDLL(None, use_errno=True)
     buf = ctypes.create_string_buffer(256)
@@ -53,7 +60,7 @@ def filesystem_magic(path):
     return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF
 
 
-def check_bpffs(pin_root):
+def check_bpffs(pin_root: str) -> None:
     """Fail unless pin_root is (or would be created) on a bpffs mount."""
     probe = pin_root
     while not os.path.exists(probe):
@@ -64,35 +71,32 @@ def check_bpffs(pin_root):
             "'mount -t bpf bpf /sys/fs/bpf' or apply the ebpf.xdp.toolchain role" % pin_root)
 
 
-class Attachment(object):
-    """The pin directory of one program hook (xdp, tc_ingress, ...) on one interface."""
+def attachment_dir(pin_root: str, netns_key: str, ifname: str, hook: str) -> str:
+    return os.path.join(pin_root, netns_key, ifname, hook)
 
-    def __init__(self, pin_root, netns_key, ifname, hook):
-        self.directory = os.path.join(pin_root, netns_key, ifname, hook)
-        self.prog_path = os.path.join(self.directory, "prog")
-        self.link_path = os.path.join(self.directory, "link")
-        self.record_path = os.path.join(self.directory, "owner")
-        self.maps_dir = os.path.join(self.directory, "maps")
 
-    def exists(self):
-        return os.path.isdir(self.directory)
+class Record:
+    """An ownership record pinned at one path: a dict, stored as JSON in a one-entry array."""
 
-    def read_record(self):
-        """The ownership record as a dict, or None when there is none."""
-        if not os.path.exists(self.record_path):
+    def __init__(self, path: str):
+        self.path = path
+
+    def exists(self) -> bool:
+        return os.path.exists(self.path)
+
+    def read(self) -> dict | None:
+        """The record, or None when there is none."""
+        if not self.exists():
             return None
-        fd = _bpf.obj_get(self.record_path)
-        try:
-            raw = _bpf.MapHandle(fd).lookup(b"\0\0\0\0") or b""
-        finally:
-            _bpf.close(fd)
+        with _bpf.Map.from_pin(self.path) as record_map:
+            raw = record_map.lookup(b"\0\0\0\0") or b""
         try:
             return json.loads(raw.rstrip(b"\0").decode("utf-8"))
         except ValueError:
-            raise PinError("ownership record %s is not readable JSON" % self.record_path)
+            raise PinError("ownership record %s is not readable JSON" % self.path)
 
     @staticmethod
-    def encode_record(record):
+    def encode(record: dict) -> bytes:
         """The record as stored; fails before anything changes when it would not fit."""
         data = json.dumps(dict(record, managed_by=MANAGED_BY, version=RECORD_VERSION),
                           sort_keys=True).encode("utf-8")
@@ -101,24 +105,48 @@ class Attachment(object):
                            "or a shorter pin_root" % (len(data), RECORD_SIZE))
         return data
 
-    def write_record(self, record):
-        data = self.encode_record(record)
-        if os.path.exists(self.record_path):
-            fd = _bpf.obj_get(self.record_path)
+    def write(self, record: dict) -> None:
+        data = self.encode(record)
+        if self.exists():
+            record_map = _bpf.Map.from_pin(self.path)
         else:
-            fd = _bpf.map_create(_bpf.BPF_MAP_TYPE_ARRAY, "ebpf_xdp_owner", 4, RECORD_SIZE, 1)
-            try:
-                _bpf.obj_pin(fd, self.record_path)
-            except _bpf.BpfError:
-                _bpf.close(fd)
-                raise
-        try:
-            _bpf.MapHandle(fd).update(b"\0\0\0\0", data)
-        finally:
-            _bpf.close(fd)
+            record_map = _bpf.Map.create(_bpf.BPF_MAP_TYPE_ARRAY, "ebpf_xdp_owner", 4, RECORD_SIZE, 1)
+        with record_map:
+            if not self.exists():
+                record_map.pin(self.path)
+            record_map.update(b"\0\0\0\0", data)
 
-    def make(self):
-        """Create the directories; return those that did not exist (to undo on failure)."""
+    def remove(self) -> None:
+        if self.exists():
+            os.unlink(self.path)
+
+
+class PinDir:
+    """A directory of pins the collection owns: prog, link, owner record and maps/."""
+
+    def __init__(self, pin_root: str, directory: str):
+        self.pin_root = pin_root
+        self.directory = directory
+        self.prog_path = os.path.join(directory, "prog")
+        self.link_path = os.path.join(directory, "link")
+        self.maps_dir = os.path.join(directory, "maps")
+        self.record = Record(os.path.join(directory, "owner"))
+
+    @classmethod
+    def for_hook(cls, pin_root: str, netns_key: str, ifname: str, hook: str) -> PinDir:
+        return cls(pin_root, attachment_dir(pin_root, netns_key, ifname, hook))
+
+    def exists(self) -> bool:
+        return os.path.isdir(self.directory)
+
+    def has_link(self) -> bool:
+        return os.path.exists(self.link_path)
+
+    def open_link(self) -> _bpf.Link:
+        return _bpf.Link.from_pin(self.link_path)
+
+    def make(self) -> list[str]:
+        """Create the directories; return those that did not exist, deepest first (see undo)."""
         created = []
         path = self.maps_dir
         while not os.path.isdir(path):
@@ -128,41 +156,51 @@ class Attachment(object):
             os.mkdir(path, 0o700)
         return created
 
-    def replace_pin(self, fd, path):
-        """Point the pin at path to fd (bpffs cannot rename over an existing pin)."""
+    @staticmethod
+    def undo(created: list[str]) -> None:
+        """Remove what a failed first attach made (maps libbpf pinned included)."""
+        for path in created:
+            if os.path.basename(path) == "maps" and os.path.isdir(path):
+                for name in os.listdir(path):
+                    os.unlink(os.path.join(path, name))
+            if os.path.isdir(path) and not os.listdir(path):
+                os.rmdir(path)
+
+    @staticmethod
+    def replace_pin(obj: _bpf.Fd, path: str) -> None:
+        """Point the pin at path to obj (bpffs cannot rename over an existing pin)."""
         if os.path.exists(path):
             os.unlink(path)
-        _bpf.obj_pin(fd, path)
+        obj.pin(path)
 
-    def detach_link(self):
+    def detach_link(self) -> None:
         """Detach the pinned link now and drop its pin.
 
-        Unpinning alone releases the link later (RCU, then a workqueue), so an
-        attach right after it could still find the old program in place.
+        Unpinning alone releases the link later, so an attach right after it
+        could still find the old program in place.
         """
-        if not os.path.exists(self.link_path):
+        if not self.has_link():
             return
-        fd = _bpf.obj_get(self.link_path)
-        try:
-            _bpf.link_detach(fd)
-        finally:
-            _bpf.close(fd)
+        with self.open_link() as link:
+            link.detach()
         os.unlink(self.link_path)
 
-    def remove(self, keep_maps=False):
-        """Detach the link, remove the pins and prune empty parents."""
+    def remove(self, keep_maps: bool = False) -> None:
+        """Detach the link, remove the pins and prune empty parents up to the pin root."""
         self.detach_link()
-        for path in (self.prog_path, self.record_path):
-            if os.path.exists(path):
-                os.unlink(path)
+        if os.path.exists(self.prog_path):
+            os.unlink(self.prog_path)
+        self.record.remove()
         if not keep_maps and os.path.isdir(self.maps_dir):
             shutil.rmtree(self.maps_dir)
-        prune_empty(self.directory, levels=3)
+        prune_empty(self.directory, self.pin_root)
 
 
-def prune_empty(path, levels):
-    """Remove path and up to `levels - 1` parents while they are empty (or already gone)."""
-    for _level in range(levels):
+def prune_empty(path: str, stop: str) -> None:
+    """Remove path and its parents while they are empty (or already gone), stopping below `stop`."""
+    stop = os.path.normpath(stop)
+    path = os.path.normpath(path)
+    while path.startswith(stop + os.sep):
         try:
             os.rmdir(path)
         except OSError as exc:
@@ -174,12 +212,12 @@ def prune_empty(path, levels):
 
 
 @contextlib.contextmanager
-def interface_lock(netns_key, ifname):
-    """Serialise changes to one interface across concurrent module runs."""
+def lock(netns_key: str, name: str) -> Iterator[None]:
+    """Serialise changes to one thing (an interface, a group) across concurrent module runs."""
     directory = os.path.join(LOCK_DIR, netns_key)
     # exist_ok: two first runs in a namespace may create it at the same moment.
     os.makedirs(directory, 0o700, exist_ok=True)
-    with open(os.path.join(directory, ifname + ".lock"), "w") as handle:
+    with open(os.path.join(directory, name + ".lock"), "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

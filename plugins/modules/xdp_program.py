@@ -198,8 +198,8 @@ verifier_log_tail:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _common
-from ansible_collections.ebpf.xdp.plugins.module_utils._xdp import XdpError, XdpProgram
+from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _converge
+from ansible_collections.ebpf.xdp.plugins.module_utils._xdp import XdpHook
 
 
 def main():
@@ -219,12 +219,11 @@ def main():
     _common.require_libraries(module)
     _common.require_privileges(module)
 
-    manager = XdpProgram(module.params, module.check_mode)
     try:
-        result = manager.run()
-    except (XdpError,) + _common.KNOWN_ERRORS as exc:
+        result, warnings = _converge.converge_interface(module.params, module.check_mode, XdpHook.from_params)
+    except _common.KNOWN_ERRORS as exc:
         _common.fail_from(module, exc, interface=module.params["interface"], changed=False)
-    for warning in manager.warnings:
+    for warning in warnings:
         module.warn(warning)
     module.exit_json(**result)
 

@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _facts, _frames
+from ansible_collections.ebpf.xdp.plugins.module_utils import _facts, _frames, _loader
 
 XDP_DROP, XDP_PASS = 1, 2
 MACS = "02:00:00:00:00:02", "02:00:00:00:00:01"
@@ -28,22 +28,23 @@ def qinq(frame):
     return frame[:12] + struct.pack("!HHHH", 0x88A8, 10, 0x8100, 20) + frame[12:]
 
 
-@pytest.fixture
-def program(drop_obj):
-    obj = _bpf.BpfObject(drop_obj)
-    yield obj
-    obj.close()
+def load(drop_obj, constants=None):
+    """Loaded, not attached: its maps stay out of bpffs and go with the program."""
+    return _loader.load(drop_obj, "xdp_drop_count", "xdp", constants)
 
 
-def counts(obj):
-    return _facts.read_counters(obj.map_fds()["proto_count"])
+def counts(loaded):
+    with loaded.open_map("proto_count") as proto_count:
+        return _facts.read_counters(proto_count)
 
 
 @pytest.mark.parametrize("action", [XDP_DROP, XDP_PASS])
-def test_classifies_every_kind_of_frame(program, action):
-    program.set_constants({"xdp_action": action})
-    program.load()
-    fd = program.program_fd("xdp_drop_count")
+def test_classifies_every_kind_of_frame(drop_obj, action):
+    with load(drop_obj, {"xdp_action": action}) as loaded:
+        classify(loaded, action)
+
+
+def classify(loaded, action):
     udp4 = _frames.build_frame("udp", MACS[1], MACS[0], "10.0.0.1", "10.0.0.2")
     frames = {
         "ipv4 udp": (udp4, 17),
@@ -56,15 +57,15 @@ def test_classifies_every_kind_of_frame(program, action):
     }
     expected = {}
     for name, (frame, proto) in frames.items():
-        retval, _duration = _bpf.prog_test_run(fd, frame, repeat=3)
+        retval, _duration = loaded.program.test_run(frame, repeat=3)
         assert retval == action, name
         expected[proto] = expected.get(proto, 0) + 3
-    assert counts(program) == expected
+    assert counts(loaded) == expected
 
 
-def test_ipv4_header_shorter_than_20_bytes_is_not_trusted(program):
-    program.load()
+def test_ipv4_header_shorter_than_20_bytes_is_not_trusted(drop_obj):
     frame = bytearray(_frames.build_frame("udp", MACS[1], MACS[0], "10.0.0.1", "10.0.0.2"))
     frame[14] = 0x44  # IHL 4: 16 bytes, below the fixed header
-    _bpf.prog_test_run(program.program_fd("xdp_drop_count"), bytes(frame))
-    assert counts(program) == {0: 1}
+    with load(drop_obj) as loaded:
+        loaded.program.test_run(bytes(frame))
+        assert counts(loaded) == {0: 1}

@@ -1,0 +1,285 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) ebpf.xdp contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The hook-agnostic converger: read the hook once, compare, act through its holder, report.
+
+Private to the ebpf.xdp collection: the interface may change without notice.
+
+A hook adapter (XdpHook in _xdp.py; tc next) gives the converger:
+
+    name, label, prog_type, pins    pin directory component, name in messages,
+                                    program type it runs, its _pins.PinDir
+    ifname, ifindex                 the interface it sits on
+    observe() -> Observed           what is attached now (see _hooks)
+    refuse(observed)                raise for states the collection does not manage
+    identity() -> dict              the hook's part of "same program" (requested mode, ...)
+    in_place(observed) -> bool      can a new program take the old one's place directly
+    planned_mode(observed) -> str   the mode a new program would get
+    attach(prog) -> Placement       put a program on the empty hook (a pinned link where possible)
+    replace(observed, prog)         swap a program that no link holds, atomically
+    detach(observed)                take the observed program off, however it is held
+    restore(observed, old_prog)     put a detached program back as it was held
+
+Programs held by a bpf_link are swapped here, with bpf_link_update, for
+every hook alike. The decisions are pure functions (plan_*) so they can be
+tested without a kernel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from typing import Callable
+
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _hooks, _loader, _netlink, _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils._compile import sha256_file
+from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import (
+    HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed, Placement)
+
+# What to do; see plan_absent, plan_present and plan_swap.
+NOTHING = "nothing"
+CLEAR_STALE = "clear stale pins"
+DETACH = "detach"
+DETACH_FOREIGN = "detach foreign"
+REFUSE_FOREIGN = "refuse foreign"
+LOAD = "load"
+RECORD_ONLY = "rewrite the record"
+ATTACH = "attach"
+UPDATE_LINK = "update link"
+REPLACE = "replace in place"
+REATTACH = "detach, attach, restore on failure"
+
+# The largest placement a record can get, to check its size before the swap.
+WIDEST_PLACEMENT = {"attach": "x" * 16, "mode": "x" * 16, "link_id": 2 ** 32}
+
+
+@dataclasses.dataclass
+class Desired:
+    """What the task asks of a hook, apart from the hook's own options (mode, direction, ...)."""
+
+    state: str
+    object: str | None = None
+    program: str | None = None
+    constants: dict = dataclasses.field(default_factory=dict)
+    force: bool = False
+    keep_maps: bool = False
+
+    @classmethod
+    def from_params(cls, params: dict) -> Desired:
+        return cls(state=params["state"], object=params.get("object"), program=params.get("program"),
+                   constants=params.get("constants") or {}, force=params.get("force", False),
+                   keep_maps=params.get("keep_maps", False))
+
+    def identity(self, object_sha256: str) -> dict:
+        # "program" stays as asked (possibly None: the only program of its type), so the next run matches.
+        return {"object": self.object, "object_sha256": object_sha256, "program": self.program,
+                "constants": self.constants}
+
+
+# ---------------------------------------------------------------- decisions
+
+
+def plan_absent(observed: Observed, force: bool, stale_pins: bool) -> str:
+    if observed.attached and not observed.owned:
+        return DETACH_FOREIGN if force else (CLEAR_STALE if stale_pins else NOTHING)
+    if observed.attached:
+        return DETACH
+    return CLEAR_STALE if stale_pins else NOTHING
+
+
+def plan_present(observed: Observed, force: bool, matches: bool) -> str:
+    """Before loading: nothing to do, a foreign program to refuse, or load and compare."""
+    if matches:
+        return NOTHING
+    if observed.attached and not observed.owned and not force:
+        return REFUSE_FOREIGN
+    return LOAD
+
+
+def plan_swap(observed: Observed, in_place: bool, same_program: bool) -> str:
+    """After loading: how the new program takes the hook."""
+    if same_program:
+        return RECORD_ONLY
+    if not observed.attached:
+        return ATTACH
+    if in_place and observed.holder == HELD_BY_LINK and observed.owned:
+        return UPDATE_LINK
+    if in_place and observed.holder == HELD_BY_NETLINK:
+        return REPLACE
+    return REATTACH
+
+
+# ---------------------------------------------------------------- the converger
+
+
+class Converger:
+    """Converges one hook (an adapter, see the module docstring) to a Desired state."""
+
+    def __init__(self, hook, desired: Desired, check_mode: bool, load=_loader.load):
+        self.hook = hook
+        self.pins = hook.pins
+        self.desired = desired
+        self.check_mode = check_mode
+        self.load = load
+        self.warnings: list[str] = []
+
+    def run(self) -> dict:
+        observed = self.hook.observe()
+        self.hook.refuse(observed)
+        before = self.state(observed)
+        if self.desired.state == "absent":
+            changed = self._absent(observed)
+            after = {"attached": False} if changed else before
+        else:
+            changed, after = self._present(observed, before)
+        return self._result(changed, before, after)
+
+    @staticmethod
+    def state(observed: Observed) -> dict:
+        """report() plus, for our programs, the pinned maps."""
+        state = _hooks.report(observed)
+        if observed.owned:
+            state["maps"] = observed.record.get("maps", {})
+        return state
+
+    def _result(self, changed: bool, before: dict, after: dict) -> dict:
+        result = {"changed": changed, "interface": self.hook.ifname, "ifindex": self.hook.ifindex,
+                  "pin_dir": self.pins.directory, "diff": {"before": before, "after": after}}
+        result.update((k, after.get(k)) for k in ("id", "name", "tag", "mode", "attach", "link_id"))
+        result["attached"] = after.get("attached", False)
+        result["maps"] = after.get("maps", {})
+        return result
+
+    # ------------------------------------------------------------ absent
+
+    def _absent(self, observed: Observed) -> bool:
+        stale = self.pins.exists() and not (self.desired.keep_maps and not self.pins.record.exists())
+        action = plan_absent(observed, self.desired.force, stale)
+        if observed.attached and not observed.owned and not self.desired.force:
+            self.warnings.append("%s program id %d on %s is not managed by ebpf.xdp; left in place "
+                                 "(force: true removes it)" % (self.hook.label, observed.prog_id, self.hook.ifname))
+        if action == NOTHING or self.check_mode:
+            return action != NOTHING
+        if action in (DETACH, DETACH_FOREIGN):
+            self.hook.detach(observed)
+        if self.pins.exists():
+            self.pins.remove(keep_maps=self.desired.keep_maps)
+        return True
+
+    # ------------------------------------------------------------ present
+
+    def _present(self, observed: Observed, before: dict) -> tuple[bool, dict]:
+        path = self.desired.object
+        if self.check_mode and not os.path.isfile(path):
+            # An earlier task of the same run (a compile, a copy) would have created it.
+            self.warnings.append("object %s does not exist yet; it would be attached once it does" % path)
+            return True, {"attached": True, "object": path, "mode": self.hook.planned_mode(observed)}
+        if not os.path.isfile(path):
+            raise _loader.LoadError("object file %s does not exist; compile it with ebpf.xdp.bpf_object" % path)
+        identity = dict(self.desired.identity(sha256_file(path)), **self.hook.identity())
+        action = plan_present(observed, self.desired.force, self._matches(observed, identity))
+        if action == NOTHING:
+            return False, before
+        if action == REFUSE_FOREIGN:
+            raise HookError(
+                "%s already has %s program %r (id %d, tag %s, %s mode) that ebpf.xdp did not attach; "
+                "it is left in place. Set force: true to replace it"
+                % (self.hook.ifname, self.hook.label, observed.name, observed.prog_id, observed.tag, observed.mode))
+        if self.check_mode:
+            return self._preview(observed, identity, before)
+        return self._apply(observed, identity, before)
+
+    def _matches(self, observed: Observed, identity: dict) -> bool:
+        record = observed.record
+        return record is not None and all(record.get(k) == v for k, v in identity.items()) \
+            and self.hook.in_place(observed)
+
+    def _same_program(self, observed: Observed, loaded: _loader.Loaded) -> bool:
+        """The kernel would run the same thing: same instructions, same data, same placement."""
+        record = observed.record
+        return bool(record) and record.get("tag") == loaded.info["tag"] \
+            and record.get("data_sha256") == loaded.data_sha256 and self.hook.in_place(observed)
+
+    def _load(self, maps_dir: str | None = None) -> _loader.Loaded:
+        d = self.desired
+        return self.load(d.object, d.program, self.hook.prog_type, d.constants, maps_dir=maps_dir)
+
+    def _preview(self, observed: Observed, identity: dict, before: dict) -> tuple[bool, dict]:
+        """Check mode: load without pins to learn the tag and surface verifier errors."""
+        with self._load() as loaded:
+            if self._same_program(observed, loaded):
+                return False, before
+            return True, {"attached": True, "name": loaded.info["name"], "tag": loaded.info["tag"],
+                          "mode": self.hook.planned_mode(observed), "owner": _hooks.OWNER,
+                          "object_sha256": identity["object_sha256"], "constants": identity["constants"]}
+
+    def _apply(self, observed: Observed, identity: dict, before: dict) -> tuple[bool, dict]:
+        created = self.pins.make()
+        try:
+            with self._load(self.pins.maps_dir) as loaded:
+                if self._same_program(observed, loaded):
+                    # A rebuilt object with the same program: nothing changes in the kernel;
+                    # the record learns the new object so the next run matches it directly.
+                    self.pins.record.write(dict(observed.record, **identity))
+                    return False, before
+                record = dict(identity, program_name=loaded.name, tag=loaded.info["tag"],
+                              prog_id=loaded.info["id"], data_sha256=loaded.data_sha256,
+                              prog_pin=self.pins.prog_path, maps=loaded.maps)
+                _pins.Record.encode(dict(record, **WIDEST_PLACEMENT))  # fail before the swap if it cannot fit
+                placement = self._swap(observed, loaded.program)
+                self.pins.replace_pin(loaded.program, self.pins.prog_path)
+        except Exception:
+            self.pins.undo(created)
+            raise
+        record.update(placement.as_record())
+        self.pins.record.write(record)
+        after = Observed(prog_id=record["prog_id"], name=loaded.info["name"], tag=record["tag"],
+                         mode=placement.mode, holder=placement.holder, link_id=placement.link_id, record=record)
+        return True, self.state(after)
+
+    def _swap(self, observed: Observed, prog: _bpf.Program) -> Placement:
+        """Put prog on the hook in place of what was observed."""
+        action = plan_swap(observed, self.hook.in_place(observed), same_program=False)
+        if action == ATTACH:
+            return self.hook.attach(prog)
+        if action == UPDATE_LINK:
+            with _bpf.Link.from_id(observed.link_id) as link:
+                link.update(prog)
+            return Placement(HELD_BY_LINK, observed.mode, observed.link_id)
+        if action == REPLACE:
+            return self.hook.replace(observed, prog)
+        return self._reattach(observed, prog)
+
+    def _reattach(self, observed: Observed, prog: _bpf.Program) -> Placement:
+        """A mode change, or a foreign link we cannot update: detach, attach, and put the old one back on failure."""
+        self.warnings.append("%s was briefly without an %s program while switching %s" % (
+            self.hook.ifname, self.hook.label, "from a foreign link" if self.hook.in_place(observed) else "mode"))
+        with _bpf.Program.from_id(observed.prog_id) as old:
+            self.hook.detach(observed)
+            try:
+                return self.hook.attach(prog)
+            except Exception:
+                self.hook.restore(observed, old)
+                raise
+
+
+def converge_interface(params: dict, check_mode: bool, make_hook: Callable) -> tuple[dict, list[str]]:
+    """Converge the hook make_hook(params, iface, netns_key) builds on params' interface and netns.
+
+    Outside check mode the pin root must be on bpffs and the interface is
+    locked; the hook is read under the lock, since a concurrent run may have
+    just changed it. Returns the result and the warnings.
+    """
+    ifname = params["interface"]
+    with _netlink.netns(params["netns"]):
+        key = _netlink.netns_key(params["netns"])
+        if not check_mode:
+            _netlink.interface(ifname)  # a missing interface fails before any lock or bpffs check
+            _pins.check_bpffs(params["pin_root"])
+        with contextlib.nullcontext() if check_mode else _pins.lock(key, ifname):
+            hook = make_hook(params, _netlink.interface(ifname), key)
+            converger = Converger(hook, Desired.from_params(params), check_mode)
+            return dict(converger.run(), netns=params["netns"]), converger.warnings

@@ -1,0 +1,140 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) ebpf.xdp contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""What a hook holds now, read-only: the converger's "before" and the facts both read it here.
+
+Private to the ebpf.xdp collection: the interface may change without notice.
+
+A hook's state is read once into an Observed value and reported through
+report(), the one place that says how an attachment looks in a result, a
+diff or the facts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
+
+OWNER = "ebpf.xdp"
+UNMANAGED = "unmanaged"
+
+# How a program is held on its hook.
+HELD_BY_LINK = "link"
+HELD_BY_NETLINK = "netlink"
+
+
+class HookError(EbpfXdpError):
+    """A hook in a state the collection will not change, or a change the hook cannot take."""
+
+
+@dataclasses.dataclass
+class Observed:
+    """One hook's program as read from the kernel, with our record when the record describes it.
+
+    mode is the hook's own placement (XDP: native or generic); holder says
+    what keeps the program there (HELD_BY_LINK, HELD_BY_NETLINK, ...).
+    """
+
+    prog_id: int = 0
+    name: str | None = None
+    tag: str | None = None
+    mode: str | None = None
+    holder: str | None = None
+    link_id: int | None = None
+    record: dict | None = None
+    map_ids: list[int] = dataclasses.field(default_factory=list)
+
+    @property
+    def attached(self) -> bool:
+        return bool(self.prog_id)
+
+    @property
+    def owned(self) -> bool:
+        return self.record is not None
+
+
+@dataclasses.dataclass
+class Placement:
+    """Where an attach put a program: what holds it, in which mode, through which link."""
+
+    holder: str
+    mode: str | None
+    link_id: int | None
+
+    def as_record(self) -> dict:
+        return {"attach": self.holder, "mode": self.mode, "link_id": self.link_id}
+
+
+def report(observed: Observed) -> dict:
+    """The state a module result, a diff or the facts show for one hook."""
+    if not observed.attached:
+        return {"attached": False}
+    state = {"attached": True, "id": observed.prog_id, "name": observed.name, "tag": observed.tag,
+             "mode": observed.mode, "attach": observed.holder, "link_id": observed.link_id,
+             "owner": OWNER if observed.owned else UNMANAGED}
+    record = observed.record
+    if record:
+        state.update(object=record.get("object"), object_sha256=record.get("object_sha256"),
+                     program=record.get("program_name"), constants=record.get("constants", {}))
+    return state
+
+
+def ownership(pins: _pins.PinDir, prog_id: int) -> dict | None:
+    """Our record when it describes the live program, else None.
+
+    A run interrupted between swapping the program and rewriting the record
+    leaves an older prog_id in it; the pinned link still proves ownership then.
+    """
+    record = pins.record.read()
+    if not record or not prog_id:
+        return None
+    if record.get("prog_id") == prog_id:
+        return record
+    if record.get("attach") == HELD_BY_LINK and pins.has_link():
+        with pins.open_link() as link:
+            if link.info()["prog_id"] == prog_id:
+                return dict(record, prog_id=prog_id)
+    return None
+
+
+def find_link(ifindex: int, prog_id: int, attach_type: str) -> int | None:
+    """The id of the bpf_link that holds prog_id at attach_type on ifindex, or None."""
+    for info in _bpf.links():
+        if info["attach_type"] == attach_type and info["ifindex"] == ifindex and info["prog_id"] == prog_id:
+            return info["id"]
+    return None
+
+
+# ---------------------------------------------------------------- XDP
+
+
+def xdp_live(iface: dict) -> tuple[int, str | None]:
+    """(prog_id, mode) of what IFLA_XDP says is attached; (0, None) when nothing is."""
+    xdp = iface["xdp"]
+    prog_id = xdp["prog_id"] or xdp["native_prog_id"] or xdp["generic_prog_id"]
+    mode = xdp["mode"]
+    if mode == "multi":
+        mode = "native" if xdp["native_prog_id"] else "generic"
+    return prog_id, mode
+
+
+def observe_xdp(iface: dict, pins: _pins.PinDir) -> Observed:
+    """The XDP hook of one interface (as _netlink.interface() describes it)."""
+    prog_id, mode = xdp_live(iface)
+    if not prog_id:
+        return Observed()
+    link_id = None
+    record = ownership(pins, prog_id)
+    if record and record.get("attach") == HELD_BY_LINK and pins.has_link():
+        with pins.open_link() as link:
+            link_id = link.info()["id"]
+    elif not record or record.get("attach") != HELD_BY_NETLINK:
+        link_id = find_link(iface["ifindex"], prog_id, "xdp")
+    with _bpf.Program.from_id(prog_id) as prog:
+        info = prog.info()
+    return Observed(prog_id=prog_id, name=info["name"], tag=info["tag"], mode=mode, link_id=link_id,
+                    holder=HELD_BY_LINK if link_id else HELD_BY_NETLINK, record=record, map_ids=info["map_ids"])

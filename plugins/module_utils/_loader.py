@@ -1,0 +1,104 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) ebpf.xdp contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Loading one program from a BPF object, apart from attaching it.
+
+Private to the ebpf.xdp collection: the interface may change without notice.
+
+open -> select the program -> write constants -> pin (or keep out) the maps
+-> load. The converger uses it before it attaches; a traffic generator or a
+test-run benchmark uses it to get a loaded program and nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf
+from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
+
+# Where programs of each type live in the C source, for the "wrong type" message.
+SECTIONS = {"xdp": 'SEC("xdp")', "sched_cls": 'SEC("tc")', "sched_act": 'SEC("action")'}
+TYPE_NAMES = {"xdp": "XDP", "sched_cls": "tc classifier", "sched_act": "tc action"}
+
+
+class LoadError(EbpfXdpError):
+    pass
+
+
+def select_program(obj: _bpf.BpfObject, name: str | None, prog_type: str) -> str:
+    """The name of the program to load: `name`, or the only program of `prog_type` when name is None."""
+    programs = obj.programs()
+    kind = TYPE_NAMES.get(prog_type, prog_type)
+    if name is None:
+        candidates = [p["name"] for p in programs if p["type"] == prog_type]
+        if len(candidates) != 1:
+            raise LoadError("%s has %d %s programs (%s); name one with program:" % (
+                obj.path, len(candidates), kind, ", ".join(candidates) or "none"))
+        return candidates[0]
+    found = [p for p in programs if p["name"] == name]
+    if not found:
+        raise LoadError("program %r is not in %s; it has: %s" % (
+            name, obj.path, ", ".join(p["name"] for p in programs) or "none"))
+    if found[0]["type"] != prog_type:
+        raise LoadError("program %r in %s is a %s program, not %s; %s programs are in %s" % (
+            name, obj.path, found[0]["type"], prog_type, kind, SECTIONS.get(prog_type, prog_type)))
+    return name
+
+
+class Loaded:
+    """A program in the kernel, held by this process until close() (or the end of `with`).
+
+    name: the program's function name; program: its Program (own fd); info: its
+    prog info; data_sha256: digest of its .rodata/.data/.bss as loaded (constants
+    included); maps: map name -> pin path (empty when the maps were kept out of bpffs).
+    """
+
+    def __init__(self, obj: _bpf.BpfObject, name: str, data_sha256: str, maps_dir: str | None):
+        self.name = name
+        self.data_sha256 = data_sha256
+        self.program = obj.program(name)
+        self.info = self.program.info()
+        self.maps = dict((m, os.path.join(maps_dir, m)) for m in obj.map_names()) if maps_dir else {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        self.program.close()
+
+    def open_map(self, name: str) -> _bpf.Map:
+        """One of the program's maps by name (pinned or not), as a Map the caller closes."""
+        for map_id in self.info["map_ids"]:
+            found = _bpf.Map.from_id(map_id)
+            if found.info["name"] == name:
+                return found
+            found.close()
+        raise LoadError("program %s has no map named %s" % (self.name, name))
+
+
+def load(path: str, program: str | None, prog_type: str, constants: dict | None = None,
+         maps_dir: str | None = None) -> Loaded:
+    """Load one program of `path`; its maps are pinned (and reused) in maps_dir, or kept out of bpffs.
+
+    Only the chosen program goes into the kernel. The object itself is closed
+    before returning: the Loaded program keeps what it needs.
+    """
+    if not os.path.isfile(path):
+        raise LoadError("object file %s does not exist; compile it with ebpf.xdp.bpf_object" % path)
+    with _bpf.BpfObject(path) as obj:
+        name = select_program(obj, program, prog_type)
+        obj.only_load(name)
+        obj.set_constants(constants)
+        data_sha256 = obj.data_digest()
+        if maps_dir:
+            obj.pin_maps(maps_dir)
+        else:
+            obj.clear_pin_paths()
+        obj.load()
+        return Loaded(obj, name, data_sha256, maps_dir)

@@ -45,6 +45,7 @@ BPF_LINK_CREATE = 28
 BPF_F_BEFORE = 1 << 3
 BPF_F_AFTER = 1 << 4
 BPF_F_ID = 1 << 5
+BPF_F_LINK = 1 << 13
 SYS_BPF = {"x86_64": 321, "aarch64": 280}
 
 # XDP flags (uapi/linux/if_link.h).

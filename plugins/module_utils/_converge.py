@@ -7,7 +7,8 @@
 
 Private to the ebpf.xdp collection: the interface may change without notice.
 
-A hook adapter (XdpHook in _xdp.py; tc next) gives the converger:
+A hook adapter (XdpHook in _xdp.py; tc next) derives from HookAdapter and
+gives the converger:
 
     name, label, prog_type, pins    pin directory component, name in messages,
                                     program type it runs, its _pins.PinDir
@@ -22,9 +23,10 @@ A hook adapter (XdpHook in _xdp.py; tc next) gives the converger:
     detach(observed)                take the observed program off, however it is held
     restore(observed, old_prog)     put a detached program back as it was held
 
-Programs held by a bpf_link are swapped here, with bpf_link_update, for
-every hook alike. The decisions are pure functions (plan_*) so they can be
-tested without a kernel.
+HookAdapter supplies what is the same for every hook: swapping a program
+held by a bpf_link (bpf_link_update) and holding the old program during a
+switch. The decisions are pure functions (plan_*), so they and the
+converger can be tested against a fake adapter without a kernel.
 """
 
 from __future__ import annotations
@@ -113,6 +115,21 @@ def plan_swap(observed: Observed, in_place: bool, same_program: bool) -> str:
 
 
 # ---------------------------------------------------------------- the converger
+
+
+class HookAdapter:
+    """What every hook shares; adapters add the hook-specific part listed in the module docstring."""
+
+    def update_link(self, observed: Observed, prog: _bpf.Program) -> Placement:
+        """Swap the program of the link that holds it, atomically; the link (and its id) stays."""
+        with _bpf.Link.from_id(observed.link_id) as link:
+            link.update(prog)
+        return Placement(HELD_BY_LINK, observed.mode, observed.link_id)
+
+    @staticmethod
+    def hold(prog_id: int) -> _bpf.Program:
+        """Keep a program alive (and at hand to restore) while it is off its hook."""
+        return _bpf.Program.from_id(prog_id)
 
 
 class Converger:
@@ -246,9 +263,7 @@ class Converger:
         if action == ATTACH:
             return self.hook.attach(prog)
         if action == UPDATE_LINK:
-            with _bpf.Link.from_id(observed.link_id) as link:
-                link.update(prog)
-            return Placement(HELD_BY_LINK, observed.mode, observed.link_id)
+            return self.hook.update_link(observed, prog)
         if action == REPLACE:
             return self.hook.replace(observed, prog)
         return self._reattach(observed, prog)
@@ -257,7 +272,7 @@ class Converger:
         """A mode change, or a foreign link we cannot update: detach, attach, and put the old one back on failure."""
         self.warnings.append("%s was briefly without an %s program while switching %s" % (
             self.hook.ifname, self.hook.label, "from a foreign link" if self.hook.in_place(observed) else "mode"))
-        with _bpf.Program.from_id(observed.prog_id) as old:
+        with self.hook.hold(observed.prog_id) as old:
             self.hook.detach(observed)
             try:
                 return self.hook.attach(prog)

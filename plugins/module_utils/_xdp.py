@@ -19,13 +19,14 @@ from __future__ import annotations
 import errno
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _hooks, _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils._converge import HookAdapter
 from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import (
     HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed, Placement)
 
 MODE_FLAGS = {"native": _bpf.XDP_FLAGS_DRV_MODE, "generic": _bpf.XDP_FLAGS_SKB_MODE}
 
 
-class XdpHook:
+class XdpHook(HookAdapter):
     """The XDP hook of one interface, in the mode the task asks for (native, generic or auto)."""
 
     name = "xdp"

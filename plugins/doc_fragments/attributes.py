@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 
-class ModuleDocFragment(object):
+class ModuleDocFragment:
     # Descriptions of the attributes every module declares; modules add only `support`.
     DOCUMENTATION = r"""
 attributes:

@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 
-class ModuleDocFragment(object):
+class ModuleDocFragment:
     # Mirrors INTERFACE_ARGS in plugins/module_utils/_common.py.
     DOCUMENTATION = r"""
 options:

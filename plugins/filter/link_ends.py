@@ -16,6 +16,6 @@ def link_ends(links, netns=None):
     return ends
 
 
-class FilterModule(object):
+class FilterModule:
     def filters(self):
         return {"link_ends": link_ends}

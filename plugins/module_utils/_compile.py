@@ -32,7 +32,7 @@ CACHE_FORMAT = 1
 
 class CompileError(EbpfXdpError):
     def __init__(self, message, output=""):
-        super(CompileError, self).__init__(message)
+        super().__init__(message)
         self.output = output
 
 
@@ -160,7 +160,7 @@ class ObjectCache:
             manifest = {
                 "argv": argv_for(obj),
                 "listings": listings(search_dirs),
-                "deps": dict((os.path.abspath(d), sha256_file(d)) for d in deps),
+                "deps": {os.path.abspath(d): sha256_file(d) for d in deps},
                 "sha256": sha256_file(tmp_obj),
                 "warnings": (err or "").strip(),
             }

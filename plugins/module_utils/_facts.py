@@ -64,10 +64,10 @@ def hook_entry(observed: _hooks.Observed) -> dict:
     """What the facts say of one hook's program: its state, maps and counters."""
     maps, counters = program_maps(observed.map_ids)
     entry = _hooks.report(observed)
-    entry.update(maps=maps, counters=dict((name, dict((str(k), v) for k, v in sorted(values.items())))
-                                          for name, values in counters.items()))
+    entry.update(maps=maps, counters={name: {str(k): v for k, v in sorted(values.items())}
+                                      for name, values in counters.items()})
     if PROTOCOL_MAP in counters:
-        entry["protocols"] = dict((protocol_name(k), v) for k, v in sorted(counters[PROTOCOL_MAP].items()))
+        entry["protocols"] = {protocol_name(k): v for k, v in sorted(counters[PROTOCOL_MAP].items())}
     return entry
 
 
@@ -97,7 +97,7 @@ def snapshot(pin_root: str, netns: str | None, wanted: list[str]) -> dict:
 
 def _rate(before, after, seconds):
     if isinstance(after, dict):
-        return dict((k, _rate((before or {}).get(k, 0), v, seconds)) for k, v in after.items())
+        return {k: _rate((before or {}).get(k, 0), v, seconds) for k, v in after.items()}
     return round((after - (before or 0)) / seconds, 1)
 
 

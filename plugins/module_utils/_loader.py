@@ -61,7 +61,7 @@ class Loaded:
         self.data_sha256 = data_sha256
         self.program = obj.program(name)
         self.info = self.program.info()
-        self.maps = dict((m, os.path.join(maps_dir, m)) for m in obj.map_names()) if maps_dir else {}
+        self.maps = {m: os.path.join(maps_dir, m) for m in obj.map_names()} if maps_dir else {}
 
     def __enter__(self):
         return self

@@ -147,4 +147,4 @@ def _describe(link):
 def _stats(link):
     stats = link.get_attr("IFLA_STATS64") or {}
     keys = ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes", "rx_dropped", "tx_dropped")
-    return dict((k, stats.get(k, 0)) for k in keys)
+    return {k: stats.get(k, 0) for k in keys}

@@ -173,7 +173,7 @@ def main():
 
     src_dir = os.path.dirname(os.path.abspath(p["src"]))
     include_dirs = [src_dir] + [d for d in [os.path.join(src_dir, "include")] if os.path.isdir(d)] + p["include_dirs"]
-    defines = dict((k, "" if v is None else str(v)) for k, v in p["defines"].items())
+    defines = {k: "" if v is None else str(v) for k, v in p["defines"].items()}
 
     def argv_for(out):
         return _compile.compile_argv(clang, p["src"], out, include_dirs, defines, p["cflags"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
+from collections.abc import Iterable, Mapping
 
 ETH_P_IP = 0x0800
 ETH_P_8021Q = 0x8100
@@ -20,14 +21,14 @@ PROTOCOLS = {"icmp": 1, "tcp": 6, "udp": 17}
 MIN_FRAME = 60  # without FCS
 
 
-def mac_bytes(mac):
+def mac_bytes(mac: str) -> bytes:
     parts = mac.split(":")
     if len(parts) != 6:
         raise ValueError("invalid MAC address %r" % mac)
     return bytes(int(p, 16) for p in parts)
 
 
-def checksum(data):
+def checksum(data: bytes) -> int:
     if len(data) % 2:
         data += b"\0"
     total = sum(struct.unpack("!%dH" % (len(data) // 2), data))
@@ -36,7 +37,7 @@ def checksum(data):
     return ~total & 0xFFFF
 
 
-def _l4(protocol, src_ip, dst_ip, src_port, dst_port, payload):
+def _l4(protocol: str, src_ip: str, dst_ip: str, src_port: int, dst_port: int, payload: bytes) -> bytes:
     if protocol == "icmp":
         header = struct.pack("!BBHHH", 8, 0, 0, 0x4242, 1)  # echo request
         csum = checksum(header + payload)
@@ -54,7 +55,8 @@ def _l4(protocol, src_ip, dst_ip, src_port, dst_port, payload):
     return header[:offset] + struct.pack("!H", csum) + header[offset + 2:] + payload
 
 
-def build_frame(protocol, src_mac, dst_mac, src_ip, dst_ip, src_port=9, dst_port=9, size=MIN_FRAME, vlan=None):
+def build_frame(protocol: str, src_mac: str, dst_mac: str, src_ip: str, dst_ip: str, src_port: int = 9,
+                dst_port: int = 9, size: int = MIN_FRAME, vlan: int | None = None) -> bytes:
     """One Ethernet frame of `size` bytes (padded to the 60-byte minimum)."""
     if protocol not in PROTOCOLS:
         raise ValueError("unsupported protocol %r" % protocol)
@@ -71,25 +73,39 @@ def build_frame(protocol, src_mac, dst_mac, src_ip, dst_ip, src_port=9, dst_port
     return eth + ip + l4
 
 
-def send(ifname, frames, count, rate=0):
-    """Send each frame `count` times on ifname through an AF_PACKET socket.
+def send(ifname: str, frames: Mapping[str, bytes] | Iterable[tuple[str, bytes]], count: int,
+         rate: float = 0) -> tuple[dict[str, int], float]:
+    """Send every frame `count` times out of ifname through an AF_PACKET socket.
 
-    rate (frames per second, 0 = unpaced) keeps a veth peer's 256-slot XDP
-    ring from overflowing, so every frame sent is a frame received.
-    Returns the number of frames handed to the kernel.
+    frames maps a kind (a protocol name) to its frame, or is a list of
+    (kind, frame). rate (frames per second, 0 = unpaced) keeps a veth peer's
+    256-slot XDP ring from overflowing, so every frame sent is a frame
+    received. Returns the frames the kernel took, per kind, and the seconds
+    spent sending.
     """
-    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-    try:
+    with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as sock:
         sock.bind((ifname, 0))
-        sent = 0
-        start = time.monotonic()
-        for i in range(count):
-            for frame in frames:
-                sent += 1 if sock.send(frame) == len(frame) else 0
-            if rate:
-                ahead = (i + 1) * len(frames) / float(rate) - (time.monotonic() - start)
-                if ahead > 0:
-                    time.sleep(ahead)
-        return sent, time.monotonic() - start
-    finally:
-        sock.close()
+        return send_on(sock, frames, count, rate)
+
+
+def send_on(sock: socket.socket, frames: Mapping[str, bytes] | Iterable[tuple[str, bytes]], count: int,
+            rate: float = 0) -> tuple[dict[str, int], float]:
+    """Send `count` rounds of frames (one of each, in order) on a bound socket.
+
+    A frame counts for its kind only when the kernel took it whole. Returns
+    {kind: frames sent}, with every kind present (0 when none went out), and
+    the seconds spent. A kind given twice in a list of pairs is sent, and
+    counted, twice per round.
+    """
+    pairs = list(frames.items()) if isinstance(frames, Mapping) else list(frames)
+    sent = dict.fromkeys((kind for kind, _frame in pairs), 0)
+    start = time.monotonic()
+    for i in range(count):
+        for kind, frame in pairs:
+            if sock.send(frame) == len(frame):
+                sent[kind] += 1
+        if rate:
+            ahead = (i + 1) * len(pairs) / rate - (time.monotonic() - start)
+            if ahead > 0:
+                time.sleep(ahead)
+    return sent, time.monotonic() - start

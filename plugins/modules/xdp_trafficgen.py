@@ -30,7 +30,9 @@ options:
     type: int
     default: 100
   protocols:
-    description: Kinds of frames to send, interleaved.
+    description:
+      - Kinds of frames to send, interleaved (one frame of each kind per round, O(count) rounds).
+      - A kind listed twice is sent once per round.
     type: list
     elements: str
     choices: [udp, tcp, icmp]
@@ -99,12 +101,14 @@ EXAMPLES = r"""
 
 RETURN = r"""
 sent:
-  description: Frames handed to the kernel, per protocol.
+  description:
+    - Frames the kernel took whole, per protocol, counted frame by frame as they were sent; it is less
+      than O(count) for a protocol whose sends fell short. V(0) for every protocol in check mode.
   returned: always
   type: dict
   sample: {udp: 50, tcp: 50}
 total:
-  description: Frames handed to the kernel in all.
+  description: Frames the kernel took in all, the sum of RV(sent).
   returned: always
   type: int
   sample: 100
@@ -158,10 +162,12 @@ def main():
     try:
         with _netlink.netns(p["netns"]):
             iface = _netlink.interface(p["interface"])
-            frames = [_frames.build_frame(proto, p["src_mac"] or iface["mac"], p["dst_mac"], p["src_ip"],
-                                          p["dst_ip"], p["src_port"], p["dst_port"], p["size"], p["vlan"])
-                      for proto in p["protocols"]]
-            sent, seconds = 0, 0.0
+            src_mac = p["src_mac"] or iface["mac"]
+            # One frame per protocol: a protocol listed twice is still sent once per round.
+            frames = {proto: _frames.build_frame(proto, src_mac, p["dst_mac"], p["src_ip"], p["dst_ip"],
+                                                 p["src_port"], p["dst_port"], p["size"], p["vlan"])
+                      for proto in p["protocols"]}
+            sent, seconds = dict.fromkeys(frames, 0), 0.0
             if not module.check_mode:
                 sent, seconds = _frames.send(p["interface"], frames, p["count"], p["rate"])
             after = _netlink.interface(p["interface"])
@@ -169,13 +175,13 @@ def main():
         module.fail_json(msg="cannot build frames: %s" % exc)
     except _common.KNOWN_ERRORS as exc:
         _common.fail_from(module, exc)
-    per_protocol = sent // len(frames) if frames else 0
+    total = sum(sent.values())
     module.exit_json(
         changed=False,
-        sent=dict((proto, per_protocol) for proto in p["protocols"]),
-        total=sent,
+        sent=sent,
+        total=total,
         seconds=round(seconds, 6),
-        pps=round(sent / seconds, 1) if seconds else 0.0,
+        pps=round(total / seconds, 1) if seconds else 0.0,
         tx_dropped=after["stats"]["tx_dropped"] - iface["stats"]["tx_dropped"],
     )
 

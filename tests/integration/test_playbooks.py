@@ -29,9 +29,10 @@ def changed(out):
 
 
 def task_results(out, name):
+    """Results per host of the task called name; the json callback shows a role's tasks as "ROLE : name"."""
     for play in out["plays"]:
         for task in play["tasks"]:
-            if task["task"]["name"] == name:
+            if name in (task["task"]["name"], task["task"]["name"].partition(" : ")[2]):
                 return task["hosts"]
     raise KeyError(name)
 

@@ -19,6 +19,16 @@ def test_vlan_tagged_frames_are_counted_by_inner_protocol(run_distro, pair, drop
     assert prog["protocols"] == {"tcp": 7}
 
 
+def test_each_protocol_is_counted_as_sent(run_distro, pair, drop_obj):
+    run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj))
+    # udp listed twice is still one frame per round.
+    res = pair.burst(run_distro, count=40, protocols=("udp", "tcp", "icmp", "udp"))
+    assert res["sent"] == {"udp": 40, "tcp": 40, "icmp": 40} and res["total"] == 120, res
+    prog = run_distro("xdp_facts", dict(netns=pair.rx))["ansible_facts"]["xdp"]["interfaces"]["eth0"]["xdp"]
+    assert prog["protocols"] == res["sent"]
+    assert prog["counters"]["proto_count"] == {"1": 40, "6": 40, "17": 40}
+
+
 def test_bad_input(run_distro, pair):
     base = dict(interface="eth0", netns=pair.tx, src_ip=pair.tx_ip, dst_ip=pair.rx_ip)
     res = run_distro("xdp_trafficgen", dict(base, interface="eth7"))

@@ -1,5 +1,5 @@
 # make deploy: set-up, then the lab and playbooks/deploy_xdp.yml
-# make test:   set-up, then every test
+# make test:   set-up, then every test (benchmarks once, in smoke mode)
 SHELL := /bin/bash
 VENV := $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
@@ -8,7 +8,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.build/collections
 export ANSIBLE_FORCE_COLOR ?= 0
 PYTEST := $(VENV)/bin/python -m pytest
 
-.PHONY: setup deploy lab-up lab-down test unit integration sanity lint molecule clean
+.PHONY: setup deploy lab-up lab-down test unit integration benchmark-smoke sanity lint molecule benchmark clean
 
 setup:
 	@bash scripts/setup.sh
@@ -23,7 +23,7 @@ lab-down: setup
 	ansible-playbook playbooks/lab_down.yml
 
 test: setup
-	$(MAKE) --no-print-directory unit integration sanity lint molecule
+	$(MAKE) --no-print-directory unit integration benchmark-smoke sanity lint molecule
 
 unit:
 	$(PYTEST) -q tests/unit
@@ -31,6 +31,9 @@ unit:
 integration:
 	$(PYTEST) -q tests/integration
 	@bash tests/integration/targets/toolchain/runme.sh 2>.build/toolchain-test.log || { cat .build/toolchain-test.log; exit 1; }
+
+benchmark-smoke: setup
+	bash scripts/benchmark.sh --smoke
 
 sanity:
 	bash scripts/sanity.sh
@@ -40,6 +43,9 @@ lint:
 
 molecule: setup
 	bash scripts/molecule.sh
+
+benchmark: setup
+	bash scripts/benchmark.sh
 
 clean:
 	rm -rf .build tests/output

@@ -49,3 +49,26 @@ def test_bad_input():
 def test_checksum_known_value():
     # RFC 1071 example words.
     assert _frames.checksum(bytes.fromhex("0001f203f4f5f6f7")) == (~0xDDF2 & 0xFFFF)
+
+
+def test_send_counts_each_kind():
+    # A real local datagram socket pair stands in for the AF_PACKET socket: nothing leaves the process.
+    udp, tcp, icmp = b"u" * 60, b"t" * 60, b"i" * 60
+    tx, rx = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    with tx, rx:
+        sent, seconds = _frames.send_on(tx, {"udp": udp, "tcp": tcp, "icmp": icmp}, 4, rate=1000)
+        received = [rx.recv(100) for _ in range(12)]
+        rx.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            rx.recv(100)
+    assert sent == {"udp": 4, "tcp": 4, "icmp": 4}
+    assert received == [udp, tcp, icmp] * 4, "one frame of each kind per round"
+    assert seconds >= 12 / 1000.0 - 0.001, "paced at 1000 frames/s"
+
+
+def test_send_counts_pairs_and_empty_bursts():
+    tx, rx = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    with tx, rx:
+        sent, _seconds = _frames.send_on(tx, [("udp", b"a" * 60), ("tcp", b"b" * 60), ("udp", b"c" * 60)], 2)
+        assert sent == {"udp": 4, "tcp": 2}
+        assert _frames.send_on(tx, {"udp": b"a" * 60, "tcp": b"b" * 60}, 0)[0] == {"udp": 0, "tcp": 0}

@@ -53,6 +53,8 @@ XDP_FLAGS_UPDATE_IF_NOEXIST = 1 << 0
 XDP_FLAGS_SKB_MODE = 1 << 1
 XDP_FLAGS_DRV_MODE = 1 << 2
 XDP_FLAGS_REPLACE = 1 << 4
+# XDP_ATTACHED_* (uapi/linux/if_link.h) -> the collection's mode names.
+XDP_ATTACHED_MODES = {1: "native", 2: "generic", 3: "offload", 4: "multi"}
 
 BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
 
@@ -168,6 +170,14 @@ class _ProgQueryAttr(ctypes.Structure):
     ]
 
 
+class _XdpQueryOpts(ctypes.Structure):
+    # struct bpf_xdp_query_opts as libbpf 1.1 has it; newer ones accept this size.
+    _fields_ = [
+        ("sz", ctypes.c_size_t), ("prog_id", ctypes.c_uint32), ("drv_prog_id", ctypes.c_uint32),
+        ("hw_prog_id", ctypes.c_uint32), ("skb_prog_id", ctypes.c_uint32), ("attach_mode", ctypes.c_uint8),
+    ]
+
+
 class _XdpAttachOpts(ctypes.Structure):
     _fields_ = [("sz", ctypes.c_size_t), ("old_prog_fd", ctypes.c_int)]
 
@@ -243,6 +253,7 @@ _SIGNATURES = {
     "bpf_link_detach": (_I, [_I]),
     "bpf_xdp_attach": (_I, [_I, _I, _U32, _P]),
     "bpf_xdp_detach": (_I, [_I, _U32, _P]),
+    "bpf_xdp_query": (_I, [_I, _I, _P]),
     "bpf_prog_test_run_opts": (_I, [_I, _P]),
     "libbpf_num_possible_cpus": (_I, []),
     "libbpf_set_print": (_P, [_PRINT_FN]),
@@ -765,6 +776,14 @@ def xdp_attach_netlink(ifindex: int, prog: Program, flags: int, old_prog: Progra
         flags |= XDP_FLAGS_REPLACE
     _check(lib().bpf_xdp_attach(ifindex, prog.fd, flags, ctypes.byref(opts)),
            "attach XDP program %s to ifindex %d over netlink" % (prog.label, ifindex))
+
+
+def xdp_query(ifindex: int) -> dict:
+    """What IFLA_XDP says of one interface: mode and program ids (0 for none), as _netlink reports it."""
+    opts = _XdpQueryOpts(sz=ctypes.sizeof(_XdpQueryOpts))
+    _check(lib().bpf_xdp_query(ifindex, 0, ctypes.byref(opts)), "query the XDP hook of ifindex %d" % ifindex)
+    return {"mode": XDP_ATTACHED_MODES.get(opts.attach_mode), "prog_id": opts.prog_id,
+            "native_prog_id": opts.drv_prog_id, "generic_prog_id": opts.skb_prog_id}
 
 
 def xdp_detach_netlink(ifindex: int, flags: int, old_prog: Program | None = None) -> None:

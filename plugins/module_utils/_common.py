@@ -18,7 +18,7 @@ import traceback
 from ansible.module_utils.basic import missing_required_lib
 from ansible.module_utils.common.respawn import has_respawned, probe_interpreters_for_module, respawn_module
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _netlink, _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils._compile import CompileError
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
@@ -39,24 +39,30 @@ SYSTEM_INTERPRETERS = ["/usr/bin/python3", "/usr/libexec/platform-python", "/usr
 
 
 def require_libraries(module, libbpf: bool = True, pyroute2: bool = True) -> None:
-    """Fail with missing_required_lib when a needed binding is absent.
-
-    An interpreter without pyroute2 (a virtualenv, say) hands the module over
-    to the system Python when that one has it, as ansible.posix does for selinux.
-    """
-    if pyroute2 and not _netlink.HAS_PYROUTE2 and not has_respawned():
-        interpreter = probe_interpreters_for_module(SYSTEM_INTERPRETERS, "pyroute2")
-        if interpreter:
-            respawn_module(interpreter)
-    if pyroute2 and not _netlink.HAS_PYROUTE2:
-        module.fail_json(msg=missing_required_lib("pyroute2 (Debian: python3-pyroute2)"),
-                         exception=_netlink.PYROUTE2_IMPORT_ERROR)
+    """Fail with missing_required_lib when a needed binding is absent."""
+    if pyroute2:
+        _require_pyroute2(module)
     if libbpf:
         try:
             _bpf.lib()
         except ImportError as exc:
             module.fail_json(msg=missing_required_lib("libbpf >= 1.0 (Debian: libbpf1)") + " " + str(exc),
                              exception=traceback.format_exc())
+
+
+def _require_pyroute2(module) -> None:
+    """An interpreter without pyroute2 (a virtualenv, say) hands the module over
+    to the system Python when that one has it, as ansible.posix does for selinux.
+    """
+    # Imported here: a module without netlink queries does not pay pyroute2's import time (~0.1 s).
+    from ansible_collections.ebpf.xdp.plugins.module_utils import _netlink
+    if not _netlink.HAS_PYROUTE2 and not has_respawned():
+        interpreter = probe_interpreters_for_module(SYSTEM_INTERPRETERS, "pyroute2")
+        if interpreter:
+            respawn_module(interpreter)
+    if not _netlink.HAS_PYROUTE2:
+        module.fail_json(msg=missing_required_lib("pyroute2 (Debian: python3-pyroute2)"),
+                         exception=_netlink.PYROUTE2_IMPORT_ERROR)
 
 
 CAPABILITIES = {"CAP_NET_ADMIN": 12, "CAP_NET_RAW": 13, "CAP_SYS_ADMIN": 21, "CAP_BPF": 39}

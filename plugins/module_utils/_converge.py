@@ -36,7 +36,7 @@ import dataclasses
 import os
 from typing import Callable
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _hooks, _loader, _netlink, _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _hooks, _loader, _netns, _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils._compile import sha256_file
 from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import (
     HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed, Placement)
@@ -282,19 +282,19 @@ class Converger:
 
 
 def converge_interface(params: dict, check_mode: bool, make_hook: Callable) -> tuple[dict, list[str]]:
-    """Converge the hook make_hook(params, iface, netns_key) builds on params' interface and netns.
+    """Converge the hook make_hook(params, ifindex, netns_key) builds on params' interface and netns.
 
     Outside check mode the pin root must be on bpffs and the interface is
     locked; the hook is read under the lock, since a concurrent run may have
     just changed it. Returns the result and the warnings.
     """
     ifname = params["interface"]
-    with _netlink.netns(params["netns"]):
-        key = _netlink.netns_key(params["netns"])
+    with _netns.netns(params["netns"]):
+        key = _netns.netns_key(params["netns"])
         if not check_mode:
-            _netlink.interface(ifname)  # a missing interface fails before any lock or bpffs check
+            _netns.ifindex(ifname)  # a missing interface fails before any lock or bpffs check
             _pins.check_bpffs(params["pin_root"])
         with contextlib.nullcontext() if check_mode else _pins.lock(key, ifname):
-            hook = make_hook(params, _netlink.interface(ifname), key)
+            hook = make_hook(params, _netns.ifindex(ifname), key)
             converger = Converger(hook, Desired.from_params(params), check_mode)
             return dict(converger.run(), netns=params["netns"]), converger.warnings

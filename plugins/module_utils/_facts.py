@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _hooks, _netlink, _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _hooks, _netlink, _netns, _pins
 
 # Maps with this name are keyed by IP protocol number (xdp_drop_count, xdp1).
 PROTOCOL_MAP = "proto_count"
@@ -73,24 +73,24 @@ def hook_entry(observed: _hooks.Observed) -> dict:
 
 def snapshot(pin_root: str, netns: str | None, wanted: list[str]) -> dict:
     """Interfaces (all, or those named in wanted) with their XDP programs and counters."""
-    key = _netlink.netns_key(netns)
+    key = _netns.netns_key(netns)
     out = {}
     for iface in _netlink.interfaces():
         name = iface["ifname"]
         if wanted and name not in wanted:
             continue
-        prog_id, _mode = _hooks.xdp_live(iface)
+        prog_id, _mode = _hooks.xdp_live(iface["xdp"])
         if not wanted and not prog_id:
             continue
         entry = {"ifindex": iface["ifindex"], "mac": iface["mac"], "mtu": iface["mtu"],
                  "stats": iface["stats"], "xdp": None}
         if prog_id:
             pins = _pins.PinDir.for_hook(pin_root, key, name, "xdp")
-            entry["xdp"] = hook_entry(_hooks.observe_xdp(iface, pins))
+            entry["xdp"] = hook_entry(_hooks.observe_xdp(iface["ifindex"], iface["xdp"], pins))
         out[name] = entry
     missing = sorted(set(wanted or ()) - set(out))
     if missing:
-        raise _netlink.NetlinkLookupError("interface %s does not exist in this network namespace"
+        raise _netns.NotFoundError("interface %s does not exist in this network namespace"
                                           % ", ".join(missing))
     return {"netns": key, "interfaces": out}
 

@@ -112,9 +112,8 @@ def find_link(ifindex: int, prog_id: int, attach_type: str) -> int | None:
 # ---------------------------------------------------------------- XDP
 
 
-def xdp_live(iface: dict) -> tuple[int, str | None]:
-    """(prog_id, mode) of what IFLA_XDP says is attached; (0, None) when nothing is."""
-    xdp = iface["xdp"]
+def xdp_live(xdp: dict) -> tuple[int, str | None]:
+    """(prog_id, mode) of what IFLA_XDP says (as _bpf.xdp_query or _netlink reads it); (0, None) for nothing."""
     prog_id = xdp["prog_id"] or xdp["native_prog_id"] or xdp["generic_prog_id"]
     mode = xdp["mode"]
     if mode == "multi":
@@ -122,9 +121,9 @@ def xdp_live(iface: dict) -> tuple[int, str | None]:
     return prog_id, mode
 
 
-def observe_xdp(iface: dict, pins: _pins.PinDir) -> Observed:
-    """The XDP hook of one interface (as _netlink.interface() describes it)."""
-    prog_id, mode = xdp_live(iface)
+def observe_xdp(ifindex: int, xdp: dict, pins: _pins.PinDir) -> Observed:
+    """The XDP hook of one interface, from its IFLA_XDP state."""
+    prog_id, mode = xdp_live(xdp)
     if not prog_id:
         return Observed()
     link_id = None
@@ -133,7 +132,7 @@ def observe_xdp(iface: dict, pins: _pins.PinDir) -> Observed:
         with pins.open_link() as link:
             link_id = link.info()["id"]
     elif not record or record.get("attach") != HELD_BY_NETLINK:
-        link_id = find_link(iface["ifindex"], prog_id, "xdp")
+        link_id = find_link(ifindex, prog_id, "xdp")
     with _bpf.Program.from_id(prog_id) as prog:
         info = prog.info()
     return Observed(prog_id=prog_id, name=info["name"], tag=info["tag"], mode=mode, link_id=link_id,

@@ -33,22 +33,22 @@ class XdpHook(HookAdapter):
     label = "XDP"
     prog_type = "xdp"
 
-    def __init__(self, iface: dict, pins: _pins.PinDir, mode: str):
-        self.iface = iface
-        self.ifname = iface["ifname"]
-        self.ifindex = iface["ifindex"]
+    def __init__(self, ifname: str, ifindex: int, pins: _pins.PinDir, mode: str):
+        self.ifname = ifname
+        self.ifindex = ifindex
         self.pins = pins
         self.mode = mode
 
     @classmethod
-    def from_params(cls, params: dict, iface: dict, netns_key: str) -> XdpHook:
-        pins = _pins.PinDir.for_hook(params["pin_root"], netns_key, iface["ifname"], cls.name)
-        return cls(iface, pins, params["mode"])
+    def from_params(cls, params: dict, ifindex: int, netns_key: str) -> XdpHook:
+        ifname = params["interface"]
+        return cls(ifname, ifindex, _pins.PinDir.for_hook(params["pin_root"], netns_key, ifname, cls.name),
+                   params["mode"])
 
     # ------------------------------------------------------------ reading and comparing
 
     def observe(self) -> Observed:
-        return _hooks.observe_xdp(self.iface, self.pins)
+        return _hooks.observe_xdp(self.ifindex, _bpf.xdp_query(self.ifindex), self.pins)
 
     def refuse(self, observed: Observed) -> None:
         if observed.mode == "offload":

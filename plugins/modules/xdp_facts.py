@@ -118,7 +118,7 @@ ansible_facts:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _facts, _netlink
+from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _facts, _netns
 
 
 def main():
@@ -135,7 +135,7 @@ def main():
     if p["rate_interval"] < 0:
         module.fail_json(msg="rate_interval must not be negative")
     try:
-        with _netlink.netns(p["netns"]):
+        with _netns.netns(p["netns"]):
             if p["rate_interval"]:
                 xdp = _facts.with_rates(p["pin_root"], p["netns"], p["interfaces"], p["rate_interval"])
             else:

@@ -26,7 +26,6 @@ author:
   - ebpf.xdp developers (@ebpf-xdp)
 requirements:
   - libbpf >= 1.0 (C(libbpf.so.1)) on the managed host
-  - pyroute2 on the managed host
   - root (C(CAP_BPF), C(CAP_NET_ADMIN), C(CAP_SYS_ADMIN)) and a mounted bpffs
 extends_documentation_fragment:
   - ebpf.xdp.attributes
@@ -216,7 +215,7 @@ def main():
     argument_spec.update(_common.PIN_ROOT_ARGS)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
                            required_if=[("state", "present", ["object"])])
-    _common.require_libraries(module)
+    _common.require_libraries(module, pyroute2=False)
     _common.require_privileges(module)
 
     try:

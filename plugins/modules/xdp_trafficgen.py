@@ -128,7 +128,7 @@ tx_dropped:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _frames, _netlink
+from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _frames, _netlink, _netns
 
 
 def main():
@@ -160,7 +160,7 @@ def main():
     if not _frames.MIN_FRAME <= p["size"] <= 9000:
         module.fail_json(msg="size must be between %d and 9000 bytes, not %d" % (_frames.MIN_FRAME, p["size"]))
     try:
-        with _netlink.netns(p["netns"]):
+        with _netns.netns(p["netns"]):
             iface = _netlink.interface(p["interface"])
             src_mac = p["src_mac"] or iface["mac"]
             # One frame per protocol: a protocol listed twice is still sent once per round.

@@ -9,7 +9,7 @@ import errno
 import pytest
 
 from conftest import compile_bpf
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _loader, _netlink
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _loader, _netns
 
 TC_PROGRAMS = r"""
 #include <linux/bpf.h>
@@ -30,8 +30,8 @@ def tc_obj(tmp_path_factory):
 
 
 def test_tcx_link_create_query_update_detach(pair, tc_obj):
-    with _netlink.netns(pair.rx):
-        index = _netlink.interface("eth0")["ifindex"]
+    with _netns.netns(pair.rx):
+        index = _netns.ifindex("eth0")
         assert _bpf.tcx_query(index, _bpf.BPF_TCX_INGRESS)["prog_ids"] == []
         with _loader.load(tc_obj, "tc_first", "sched_cls") as first, \
                 _loader.load(tc_obj, "tc_second", "sched_cls") as second:

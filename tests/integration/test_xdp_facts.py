@@ -28,8 +28,8 @@ def test_rates_from_two_samples(run_distro, pair, drop_obj):
     sender = subprocess.Popen([
         SYSTEM_PYTHON, "-c",
         "import sys; sys.path.insert(0, %r); "
-        "from ansible_collections.ebpf.xdp.plugins.module_utils import _frames, _netlink\n"
-        "with _netlink.netns(%r):\n"
+        "from ansible_collections.ebpf.xdp.plugins.module_utils import _frames, _netns\n"
+        "with _netns.netns(%r):\n"
         "    f = _frames.build_frame('udp', %r, %r, %r, %r)\n"
         "    _frames.send('eth0', {'udp': f}, 6000, rate=2000)\n"
         % (ROOT + "/.build/collections", pair.tx, pair.tx_mac, pair.rx_mac, pair.tx_ip, pair.rx_ip)])

@@ -268,7 +268,8 @@ def test_force_removes_a_foreign_program(run_distro, pair, drop_obj):
 
 
 def test_interpreter_without_pyroute2_respawns_under_system_python(pair, drop_obj, pin_root, tmp_path):
-    """A bare virtualenv (no pyroute2) still works: the module re-runs under /usr/bin/python3."""
+    """A bare virtualenv (no pyroute2) still works: xdp_program needs no pyroute2, xdp_facts re-runs
+    under /usr/bin/python3."""
     from conftest import ModuleRunner
     venv = tmp_path / "bare"
     sh("/usr/bin/python3", "-m", "venv", "--without-pip", str(venv))
@@ -276,6 +277,8 @@ def test_interpreter_without_pyroute2_respawns_under_system_python(pair, drop_ob
     res = bare("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj))
     assert res["changed"] and res["attached"], res
     assert ("prog/xdp id %d" % res["id"]) in pair.xdp_line()
+    facts = bare("xdp_facts", dict(netns=pair.rx))
+    assert facts["ansible_facts"]["xdp"]["interfaces"]["eth0"]["xdp"]["id"] == res["id"], facts
 
 
 def test_concurrent_runs_on_one_interface_are_serialised(run_distro, pair, drop_obj):

@@ -75,10 +75,11 @@ class Desired:
                    constants=params.get("constants") or {}, force=params.get("force", False),
                    keep_maps=params.get("keep_maps", False))
 
-    def identity(self, object_sha256: str) -> dict:
+    def identity(self, object_sha256: str, resolved_constants: dict) -> dict:
         # "program" stays as asked (possibly None: the only program of its type), so the next run matches.
+        # The resolved constants make a target interface re-created with a new ifindex a change.
         return {"object": self.object, "object_sha256": object_sha256, "program": self.program,
-                "constants": self.constants}
+                "constants": self.constants, "resolved_constants": resolved_constants}
 
 
 # ---------------------------------------------------------------- decisions
@@ -196,7 +197,8 @@ class Converger:
             return True, {"attached": True, "object": path, "mode": self.hook.planned_mode(observed)}
         if not os.path.isfile(path):
             raise _loader.LoadError("object file %s does not exist; compile it with ebpf.xdp.bpf_object" % path)
-        identity = dict(self.desired.identity(sha256_file(path)), **self.hook.identity())
+        resolved = _loader.resolve_constants(self.desired.constants)
+        identity = dict(self.desired.identity(sha256_file(path), resolved), **self.hook.identity())
         action = plan_present(observed, self.desired.force, self._matches(observed, identity))
         if action == NOTHING:
             return False, before
@@ -220,13 +222,13 @@ class Converger:
         return bool(record) and record.get("tag") == loaded.info["tag"] \
             and record.get("data_sha256") == loaded.data_sha256 and self.hook.in_place(observed)
 
-    def _load(self, maps_dir: str | None = None) -> _loader.Loaded:
+    def _load(self, identity: dict, maps_dir: str | None = None) -> _loader.Loaded:
         d = self.desired
-        return self.load(d.object, d.program, self.hook.prog_type, d.constants, maps_dir=maps_dir)
+        return self.load(d.object, d.program, self.hook.prog_type, identity["resolved_constants"], maps_dir=maps_dir)
 
     def _preview(self, observed: Observed, identity: dict, before: dict) -> tuple[bool, dict]:
         """Check mode: load without pins to learn the tag and surface verifier errors."""
-        with self._load() as loaded:
+        with self._load(identity) as loaded:
             if self._same_program(observed, loaded):
                 return False, before
             return True, {"attached": True, "name": loaded.info["name"], "tag": loaded.info["tag"],
@@ -236,7 +238,7 @@ class Converger:
     def _apply(self, observed: Observed, identity: dict, before: dict) -> tuple[bool, dict]:
         created = self.pins.make()
         try:
-            with self._load(self.pins.maps_dir) as loaded:
+            with self._load(identity, self.pins.maps_dir) as loaded:
                 if self._same_program(observed, loaded):
                     # A rebuilt object with the same program: nothing changes in the kernel;
                     # the record learns the new object so the next run matches it directly.

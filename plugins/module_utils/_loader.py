@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _netns
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 # Where programs of each type live in the C source, for the "wrong type" message.
@@ -46,6 +46,26 @@ def select_program(obj: _bpf.BpfObject, name: str | None, prog_type: str) -> str
         raise LoadError("program %r in %s is a %s program, not %s; %s programs are in %s" % (
             name, obj.path, found[0]["type"], prog_type, kind, SECTIONS.get(prog_type, prog_type)))
     return name
+
+
+def resolve_constants(constants: dict | None) -> dict:
+    """Load-time settings as numbers: {"ifindex": NAME} becomes NAME's index in the current namespace.
+
+    Interfaces are named in inventory and resolved where the program runs, at
+    load time, so the same task works on every host.
+    """
+    resolved = {}
+    for name, value in (constants or {}).items():
+        if isinstance(value, dict):
+            if set(value) != {"ifindex"}:
+                raise LoadError("constant %s: %r is not a setting; give a number, a boolean, or "
+                                "{ifindex: INTERFACE}" % (name, value))
+            try:
+                value = _netns.ifindex(str(value["ifindex"]))
+            except _netns.NotFoundError as exc:
+                raise LoadError("constant %s: %s" % (name, exc))
+        resolved[name] = value
+    return resolved
 
 
 class Loaded:

@@ -55,7 +55,10 @@ options:
     description:
       - "Load-time settings written into the program's C(const volatile) globals before loading,
         for example C({xdp_action: 2}) to make C(xdp_drop_count) pass instead of drop."
-      - Only integer and boolean values; unknown names are an error listing the known ones.
+      - "Values are integers or booleans, or C({ifindex: INTERFACE}) for an interface index: the name is
+        resolved in the task's network namespace when the program is loaded, for example
+        C({redirect_ifindex: {ifindex: eth1}}). The resolved index is part of the program's identity, so a
+        target interface deleted and created again (with a new index) makes the next run reload."
     type: dict
     default: {}
   state:
@@ -120,6 +123,13 @@ EXAMPLES = r"""
     interface: eth1
     object: "{{ compiled.path }}"
     force: true
+
+- name: Redirect to eth2, named as it is on each host
+  ebpf.xdp.xdp_program:
+    interface: eth1
+    object: /var/lib/ebpf_xdp/objects/xdp_redirect.o
+    constants:
+      redirect_ifindex: {ifindex: eth2}
 
 - name: Remove it inside a network namespace
   ebpf.xdp.xdp_program:

@@ -331,3 +331,35 @@ def test_rebuilt_object_with_a_different_default_is_a_change(run_distro, pair, t
     same = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=str(copy)))
     assert same["changed"] is False and same["id"] == passing["id"]
     assert run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=str(copy)))["changed"] is False
+
+
+TARGET_PROGRAM = r"""
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+const volatile __u32 target_ifindex = 0;
+SEC("xdp")
+int xdp_tgt(struct xdp_md *ctx) { return target_ifindex ? XDP_PASS : XDP_ABORTED; }
+char _license[] SEC("license") = "GPL";
+"""
+
+
+def test_interface_constants_resolve_in_the_namespace_and_follow_a_recreated_target(run_distro, pair, tmp_path):
+    """constants: {target_ifindex: {ifindex: tgt0}} is tgt0's index where the program runs; a new index reloads."""
+    obj = compile_c(tmp_path, TARGET_PROGRAM, "xdp_tgt")
+    sh("ip", "-n", pair.rx, "link", "add", "tgt0", "type", "veth", "peer", "name", "tgt1")
+    args = dict(interface="eth0", netns=pair.rx, object=obj, constants={"target_ifindex": {"ifindex": "tgt0"}})
+    first = assert_rhythm(run_distro, "xdp_program", args)[0]
+    # The name is looked up where the program runs: the sender has no tgt0.
+    elsewhere = run_distro("xdp_program", dict(args, netns=pair.tx))
+    assert elsewhere["failed"] and "interface 'tgt0' does not exist" in elsewhere["msg"], elsewhere
+    sh("ip", "-n", pair.rx, "link", "del", "tgt0")
+    sh("ip", "-n", pair.rx, "link", "add", "tgt0", "type", "veth", "peer", "name", "tgt1")
+    again = run_distro("xdp_program", args)
+    assert again["changed"] and again["id"] != first["id"], "a re-created target has a new ifindex: reload"
+    assert run_distro("xdp_program", args)["changed"] is False
+    sh("ip", "-n", pair.rx, "link", "del", "tgt0")
+    res = run_distro("xdp_program", args)
+    assert res["failed"] and "constant target_ifindex: interface 'tgt0' does not exist" in res["msg"], res
+    assert ("prog/xdp id %d" % again["id"]) in pair.xdp_line(), "a failed run leaves the program in place"
+    res = run_distro("xdp_program", dict(args, constants={"target_ifindex": {"name": "tgt0"}}))
+    assert res["failed"] and "give a number, a boolean, or {ifindex: INTERFACE}" in res["msg"], res

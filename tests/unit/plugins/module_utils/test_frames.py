@@ -57,7 +57,7 @@ def test_send_counts_each_kind():
     tx, rx = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     with tx, rx:
         sent, seconds = _frames.send_on(tx, {"udp": udp, "tcp": tcp, "icmp": icmp}, 4, rate=1000)
-        received = [rx.recv(100) for _ in range(12)]
+        received = [rx.recv(100) for _frame in range(12)]
         rx.setblocking(False)
         with pytest.raises(BlockingIOError):
             rx.recv(100)

@@ -28,20 +28,11 @@ int xdp_drop_count(struct xdp_md *ctx)
 	void *data_end = (void *)(long)ctx->data_end;
 	void *data = (void *)(long)ctx->data;
 	struct hdr_cursor nh = { .pos = data };
-	struct ethhdr *eth;
-	struct iphdr *iph;
-	struct ipv6hdr *ip6h;
 	__u32 key = 0;
 	__u64 *count;
-	int eth_type;
-	int proto = -1;
+	int proto;
 
-	eth_type = parse_ethhdr(&nh, data_end, &eth);
-	if (eth_type == bpf_htons(ETH_P_IP))
-		proto = parse_iphdr(&nh, data_end, &iph);
-	else if (eth_type == bpf_htons(ETH_P_IPV6))
-		proto = parse_ip6hdr(&nh, data_end, &ip6h);
-
+	proto = parse_ip_proto(&nh, data_end);
 	if (proto >= 0)
 		key = proto & 0xff;
 

@@ -223,6 +223,7 @@ _SIGNATURES = {
     "bpf_program__type": (_I, [_P]),
     "bpf_program__fd": (_I, [_P]),
     "bpf_program__set_autoload": (_I, [_P, ctypes.c_bool]),
+    "bpf_program__set_type": (_I, [_P, _I]),
     "bpf_program__set_log_buf": (_I, [_P, _P, ctypes.c_size_t]),
     "bpf_map__name": (_S, [_P]),
     "bpf_map__type": (_I, [_P]),
@@ -404,6 +405,12 @@ class BpfObject:
         wanted = self._find_program(name)
         for p in self._programs():
             lib().bpf_program__set_autoload(p, p == wanted)
+
+    def set_type(self, name: str, prog_type: str) -> None:
+        """Load the named program as another type: a SEC("tc") classifier as a tc action (sched_act)."""
+        number = [k for k, v in PROG_TYPES.items() if v == prog_type][0]
+        _check(lib().bpf_program__set_type(self._find_program(name), number),
+               "set the type of program %s of %s to %s" % (name, self.path, prog_type))
 
     def pin_maps(self, directory: str) -> None:
         """Pin every user map at directory/NAME; libbpf reuses a compatible pin on load."""

@@ -28,6 +28,16 @@ INTERFACE_ARGS = dict(
     netns=dict(type="str"),
 )
 
+# Documented by doc fragment ebpf.xdp.program.
+PROGRAM_ARGS = dict(
+    object=dict(type="path"),
+    program=dict(type="str"),
+    constants=dict(type="dict", default={}),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+    force=dict(type="bool", default=False),
+    keep_maps=dict(type="bool", default=False),
+)
+
 # Documented by doc fragment ebpf.xdp.pin_root.
 PIN_ROOT_ARGS = dict(
     pin_root=dict(type="path", default=_pins.DEFAULT_PIN_ROOT),

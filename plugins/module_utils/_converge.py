@@ -17,6 +17,7 @@ gives the converger:
     refuse(observed)                raise for states the collection does not manage
     identity() -> dict              the hook's part of "same program" (requested mode, ...)
     in_place(observed) -> bool      can a new program take the old one's place directly
+                                    (settled(): and nothing else about it changes; defaults to in_place)
     planned_mode(observed) -> str   the mode a new program would get
     attach(prog) -> Placement       put a program on the empty hook (a pinned link where possible)
     replace(observed, prog)         swap a program that no link holds, atomically
@@ -121,6 +122,17 @@ def plan_swap(observed: Observed, in_place: bool, same_program: bool) -> str:
 class HookAdapter:
     """What every hook shares; adapters add the hook-specific part listed in the module docstring."""
 
+    # What the placement is called (XDP: a mode, tc: a method), and the result keys beyond
+    # id, name, tag, attach and link_id (see _hooks.report).
+    placement_key = "mode"
+    report_keys: tuple[str, ...] = ("mode",)
+    # The program type to load the program as, when not its own (a classifier as a tc action).
+    load_as: str | None = None
+
+    def settled(self, observed: Observed) -> bool:
+        """The program sits where and how the task wants it: a same program needs no swap."""
+        return self.in_place(observed)
+
     def update_link(self, observed: Observed, prog: _bpf.Program) -> Placement:
         """Swap the program of the link that holds it, atomically; the link (and its id) stays."""
         with _bpf.Link.from_id(observed.link_id) as link:
@@ -166,7 +178,7 @@ class Converger:
     def _result(self, changed: bool, before: dict, after: dict) -> dict:
         result = {"changed": changed, "interface": self.hook.ifname, "ifindex": self.hook.ifindex,
                   "pin_dir": self.pins.directory, "diff": {"before": before, "after": after}}
-        result.update((k, after.get(k)) for k in ("id", "name", "tag", "mode", "attach", "link_id"))
+        result.update((k, after.get(k)) for k in ("id", "name", "tag", "attach", "link_id") + self.hook.report_keys)
         result["attached"] = after.get("attached", False)
         result["maps"] = after.get("maps", {})
         return result
@@ -194,7 +206,7 @@ class Converger:
         if self.check_mode and not os.path.isfile(path):
             # An earlier task of the same run (a compile, a copy) would have created it.
             self.warnings.append("object %s does not exist yet; it would be attached once it does" % path)
-            return True, {"attached": True, "object": path, "mode": self.hook.planned_mode(observed)}
+            return True, {"attached": True, "object": path, self.hook.placement_key: self.hook.planned_mode(observed)}
         if not os.path.isfile(path):
             raise _loader.LoadError("object file %s does not exist; compile it with ebpf.xdp.bpf_object" % path)
         resolved = _loader.resolve_constants(self.desired.constants)
@@ -220,11 +232,12 @@ class Converger:
         """The kernel would run the same thing: same instructions, same data, same placement."""
         record = observed.record
         return bool(record) and record.get("tag") == loaded.info["tag"] \
-            and record.get("data_sha256") == loaded.data_sha256 and self.hook.in_place(observed)
+            and record.get("data_sha256") == loaded.data_sha256 and self.hook.settled(observed)
 
     def _load(self, identity: dict, maps_dir: str | None = None) -> _loader.Loaded:
         d = self.desired
-        return self.load(d.object, d.program, self.hook.prog_type, identity["resolved_constants"], maps_dir=maps_dir)
+        return self.load(d.object, d.program, self.hook.prog_type, identity["resolved_constants"], maps_dir=maps_dir,
+                         load_as=self.hook.load_as)
 
     def _preview(self, observed: Observed, identity: dict, before: dict) -> tuple[bool, dict]:
         """Check mode: load without pins to learn the tag and surface verifier errors."""
@@ -232,7 +245,7 @@ class Converger:
             if self._same_program(observed, loaded):
                 return False, before
             return True, {"attached": True, "name": loaded.info["name"], "tag": loaded.info["tag"],
-                          "mode": self.hook.planned_mode(observed), "owner": _hooks.OWNER,
+                          self.hook.placement_key: self.hook.planned_mode(observed), "owner": _hooks.OWNER,
                           "object_sha256": identity["object_sha256"], "constants": identity["constants"]}
 
     def _apply(self, observed: Observed, identity: dict, before: dict) -> tuple[bool, dict]:
@@ -256,7 +269,8 @@ class Converger:
         record.update(placement.as_record())
         self.pins.record.write(record)
         after = Observed(prog_id=record["prog_id"], name=loaded.info["name"], tag=record["tag"],
-                         mode=placement.mode, holder=placement.holder, link_id=placement.link_id, record=record)
+                         mode=placement.mode, holder=placement.holder, link_id=placement.link_id, record=record,
+                         extra=placement.extra, placement_key=self.hook.placement_key)
         return True, self.state(after)
 
     def _swap(self, observed: Observed, prog: _bpf.Program) -> Placement:

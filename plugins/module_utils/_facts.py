@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _hooks, _netlink, _netns, _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _hooks, _netlink, _netns, _pins, _tc_hooks
 
 # Maps with this name are keyed by IP protocol number (xdp_drop_count, xdp1).
 PROTOCOL_MAP = "proto_count"
@@ -71,8 +71,19 @@ def hook_entry(observed: _hooks.Observed) -> dict:
     return entry
 
 
+def tc_entries(pin_root: str, key: str, ifname: str, ifindex: int) -> dict:
+    """Per direction, every program on the interface's tc hook, in run order, ours or not."""
+    out = {}
+    for direction in _tc_hooks.TC_DIRECTIONS:
+        record = _pins.PinDir.for_hook(pin_root, key, ifname, "tc_" + direction).record.read()
+        out[direction] = [hook_entry(_tc_hooks.observe_tc(entry, direction,
+                                                          record if _tc_hooks.tc_owned(entry, record) else None))
+                          for entry in _tc_hooks.tc_programs(ifindex, direction)]
+    return out
+
+
 def snapshot(pin_root: str, netns: str | None, wanted: list[str]) -> dict:
-    """Interfaces (all, or those named in wanted) with their XDP programs and counters."""
+    """Interfaces (all with a program, or those named in wanted) with their XDP and tc programs and counters."""
     key = _netns.netns_key(netns)
     out = {}
     for iface in _netlink.interfaces():
@@ -80,18 +91,18 @@ def snapshot(pin_root: str, netns: str | None, wanted: list[str]) -> dict:
         if wanted and name not in wanted:
             continue
         prog_id, _mode = _hooks.xdp_live(iface["xdp"])
-        if not wanted and not prog_id:
+        tc = tc_entries(pin_root, key, name, iface["ifindex"])
+        if not wanted and not prog_id and not any(tc.values()):
             continue
         entry = {"ifindex": iface["ifindex"], "mac": iface["mac"], "mtu": iface["mtu"],
-                 "stats": iface["stats"], "xdp": None}
+                 "stats": iface["stats"], "xdp": None, "tc": tc}
         if prog_id:
             pins = _pins.PinDir.for_hook(pin_root, key, name, "xdp")
             entry["xdp"] = hook_entry(_hooks.observe_xdp(iface["ifindex"], iface["xdp"], pins))
         out[name] = entry
     missing = sorted(set(wanted or ()) - set(out))
     if missing:
-        raise _netns.NotFoundError("interface %s does not exist in this network namespace"
-                                          % ", ".join(missing))
+        raise _netns.NotFoundError("interface %s does not exist in this network namespace" % ", ".join(missing))
     return {"netns": key, "interfaces": out}
 
 
@@ -111,10 +122,21 @@ def with_rates(pin_root: str, netns: str | None, wanted: list[str], interval: fl
     for name, entry in second["interfaces"].items():
         old = first["interfaces"].get(name, {})
         entry["rates"] = {"stats": _rate(old.get("stats"), entry["stats"], seconds)}
-        xdp, old_xdp = entry["xdp"], old.get("xdp")
-        if xdp and old_xdp and old_xdp["id"] == xdp["id"]:
-            xdp["rates"] = _rate(old_xdp["counters"], xdp["counters"], seconds)
-            if "protocols" in xdp:
-                xdp["protocol_rates"] = _rate(old_xdp.get("protocols"), xdp["protocols"], seconds)
+        earlier = {prog["id"]: prog for prog in _programs(old)}
+        for prog in _programs(entry):
+            if prog["id"] in earlier:
+                _add_rates(earlier[prog["id"]], prog, seconds)
     second["rate_interval"] = round(seconds, 3)
     return second
+
+
+def _programs(entry: dict) -> list[dict]:
+    """Every program of one interface's facts: its XDP program and its tc programs."""
+    tc = entry.get("tc") or {}
+    return ([entry["xdp"]] if entry.get("xdp") else []) + [p for progs in tc.values() for p in progs]
+
+
+def _add_rates(old: dict, prog: dict, seconds: float) -> None:
+    prog["rates"] = _rate(old["counters"], prog["counters"], seconds)
+    if "protocols" in prog:
+        prog["protocol_rates"] = _rate(old.get("protocols"), prog["protocols"], seconds)

@@ -47,6 +47,10 @@ class Observed:
     link_id: int | None = None
     record: dict | None = None
     map_ids: list[int] = dataclasses.field(default_factory=list)
+    # Where on the hook, for hooks with more than one place (tc: direction, priority, handle, verdict).
+    extra: dict = dataclasses.field(default_factory=dict)
+    # What the placement is called in results and facts: XDP has a mode, tc a method.
+    placement_key: str = "mode"
 
     @property
     def attached(self) -> bool:
@@ -64,9 +68,10 @@ class Placement:
     holder: str
     mode: str | None
     link_id: int | None
+    extra: dict = dataclasses.field(default_factory=dict)
 
     def as_record(self) -> dict:
-        return {"attach": self.holder, "mode": self.mode, "link_id": self.link_id}
+        return dict(self.extra, attach=self.holder, mode=self.mode, link_id=self.link_id)
 
 
 def report(observed: Observed) -> dict:
@@ -74,8 +79,9 @@ def report(observed: Observed) -> dict:
     if not observed.attached:
         return {"attached": False}
     state = {"attached": True, "id": observed.prog_id, "name": observed.name, "tag": observed.tag,
-             "mode": observed.mode, "attach": observed.holder, "link_id": observed.link_id,
+             observed.placement_key: observed.mode, "attach": observed.holder, "link_id": observed.link_id,
              "owner": OWNER if observed.owned else UNMANAGED}
+    state.update(observed.extra)
     record = observed.record
     if record:
         state.update(object=record.get("object"), object_sha256=record.get("object_sha256"),

@@ -103,17 +103,20 @@ class Loaded:
 
 
 def load(path: str, program: str | None, prog_type: str, constants: dict | None = None,
-         maps_dir: str | None = None) -> Loaded:
+         maps_dir: str | None = None, load_as: str | None = None) -> Loaded:
     """Load one program of `path`; its maps are pinned (and reused) in maps_dir, or kept out of bpffs.
 
-    Only the chosen program goes into the kernel. The object itself is closed
-    before returning: the Loaded program keeps what it needs.
+    Only the chosen program goes into the kernel, as load_as when given (a
+    classifier loaded as a tc action). The object itself is closed before
+    returning: the Loaded program keeps what it needs.
     """
     if not os.path.isfile(path):
         raise LoadError("object file %s does not exist; compile it with ebpf.xdp.bpf_object" % path)
     with _bpf.BpfObject(path) as obj:
         name = select_program(obj, program, prog_type)
         obj.only_load(name)
+        if load_as:
+            obj.set_type(name, load_as)
         obj.set_constants(constants)
         data_sha256 = obj.data_digest()
         if maps_dir:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: xdp_facts
-short_description: XDP programs, maps and counters of a host as facts
+short_description: XDP and tc programs, maps and counters of a host as facts
 version_added: 0.1.0
 description:
-  - Sets C(ansible_facts.xdp) to the XDP programs attached to the host's interfaces, with their ids,
-    tags, attach mode, owner (C(ebpf.xdp) or C(unmanaged)), maps and counters.
+  - Sets C(ansible_facts.xdp) to the XDP and tc programs attached to the host's interfaces, with their
+    ids, tags, attach mode or method, owner (C(ebpf.xdp) or C(unmanaged)), maps and counters.
   - Counters are the entries of maps with 64-bit values (arrays and hashes, per-CPU or not), summed
     over CPUs; zero entries are left out. Maps named C(proto_count), such as the one in
     C(xdp_drop_count), are keyed by IP protocol and also reported by protocol name.
@@ -91,13 +91,18 @@ ansible_facts:
         interfaces:
           description:
             - Interface name to its C(ifindex), C(mac), C(mtu), C(stats) (packet and byte counters),
-              C(rates) (with O(rate_interval)) and C(xdp).
+              C(rates) (with O(rate_interval)), C(xdp) and C(tc).
+            - Without O(interfaces), the interfaces that have an XDP or tc program.
             - C(xdp) is null without a program, else a dict with C(id), C(name), C(tag), C(mode),
               C(owner), C(maps) (each with C(id), C(name), C(type), C(key_size), C(value_size),
               C(max_entries)), C(counters) (map name to key to total), C(protocols) (for
               C(proto_count) maps), C(rates) and C(protocol_rates) (with O(rate_interval)), and for
-              programs attached by this collection C(object), C(object_sha256), C(program),
-              C(constants), C(attach) and C(link_id).
+              programs attached by this collection C(object), C(object_sha256), C(program) and
+              C(constants); C(attach) (V(link) or V(netlink)) and C(link_id) say how it is held.
+            - C(tc) has C(ingress) and C(egress), each the list of programs on that tc hook in the
+              order they run (tcx programs, then clsact filters), with the same keys as C(xdp) but
+              C(method) (V(tcx), V(cls_bpf) or V(act_bpf)) instead of C(mode), and C(direction), and
+              C(priority), C(handle) (and C(verdict) for act_bpf) for filters.
           type: dict
           sample:
             eth0:
@@ -114,6 +119,11 @@ ansible_facts:
                 maps: [{id: 7, name: proto_count, type: percpu_array, key_size: 4, value_size: 8, max_entries: 256}]
                 counters: {proto_count: {"6": 10, "17": 20}}
                 protocols: {tcp: 10, udp: 20}
+              tc:
+                ingress:
+                  - {id: 51, name: redirect_xmit, method: tcx, direction: ingress, attach: link, link_id: 9,
+                     owner: ebpf.xdp, counters: {redirect_count: {"0": 20}}}
+                egress: []
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -30,17 +30,9 @@ requirements:
 extends_documentation_fragment:
   - ebpf.xdp.attributes
   - ebpf.xdp.interface
+  - ebpf.xdp.program
   - ebpf.xdp.pin_root
 options:
-  object:
-    description:
-      - Path of the compiled BPF object on the managed host. Required when O(state=present).
-    type: path
-  program:
-    description:
-      - Function name of the XDP program in O(object).
-      - May be omitted when the object holds exactly one XDP program.
-    type: str
   mode:
     description:
       - V(native) attaches in the driver (fails when the driver has no XDP support).
@@ -51,32 +43,6 @@ options:
     type: str
     choices: [native, generic, auto]
     default: auto
-  constants:
-    description:
-      - "Load-time settings written into the program's C(const volatile) globals before loading,
-        for example C({xdp_action: 2}) to make C(xdp_drop_count) pass instead of drop."
-      - "Values are integers or booleans, or C({ifindex: INTERFACE}) for an interface index: the name is
-        resolved in the task's network namespace when the program is loaded, for example
-        C({redirect_ifindex: {ifindex: eth1}}). The resolved index is part of the program's identity, so a
-        target interface deleted and created again (with a new index) makes the next run reload."
-    type: dict
-    default: {}
-  state:
-    description:
-      - V(present) attaches (or upgrades) the program; V(absent) detaches it and removes its pins.
-    type: str
-    choices: [present, absent]
-    default: present
-  force:
-    description:
-      - Replace (V(present)) or remove (V(absent)) an XDP program that this collection did not attach.
-    type: bool
-    default: false
-  keep_maps:
-    description:
-      - With O(state=absent), keep the pinned maps so a later attach continues with their contents.
-    type: bool
-    default: false
 attributes:
   check_mode:
     support: full
@@ -213,15 +179,10 @@ from ansible_collections.ebpf.xdp.plugins.module_utils._xdp import XdpHook
 
 def main():
     argument_spec = dict(
-        object=dict(type="path"),
-        program=dict(type="str"),
         mode=dict(type="str", choices=["native", "generic", "auto"], default="auto"),
-        constants=dict(type="dict", default={}),
-        state=dict(type="str", choices=["present", "absent"], default="present"),
-        force=dict(type="bool", default=False),
-        keep_maps=dict(type="bool", default=False),
     )
     argument_spec.update(_common.INTERFACE_ARGS)
+    argument_spec.update(_common.PROGRAM_ARGS)
     argument_spec.update(_common.PIN_ROOT_ARGS)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
                            required_if=[("state", "present", ["object"])])

@@ -34,7 +34,7 @@ class ModuleRunner(object):
 
     def __call__(self, module, args, check=False, diff=False, no_caps=False, pin=True):
         args = dict(args)
-        if pin and module in ("xdp_program", "xdp_facts"):
+        if pin and module in ("xdp_program", "tc_program", "xdp_facts"):
             args.setdefault("pin_root", self.pin_root)
         env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
                    ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),

@@ -102,4 +102,24 @@ static __always_inline int parse_ip6hdr(struct hdr_cursor *nh, void *data_end,
 	return ip6h->nexthdr;
 }
 
+/*
+ * Returns the IP protocol number (IPv4 protocol, IPv6 next header) of an
+ * Ethernet frame after up to VLAN_MAX_DEPTH tags, or -1 when the frame is
+ * not IP or too short to tell: the classification xdp_drop_count counts by.
+ */
+static __always_inline int parse_ip_proto(struct hdr_cursor *nh, void *data_end)
+{
+	struct ethhdr *eth;
+	struct iphdr *iph;
+	struct ipv6hdr *ip6h;
+	int eth_type;
+
+	eth_type = parse_ethhdr(nh, data_end, &eth);
+	if (eth_type == bpf_htons(ETH_P_IP))
+		return parse_iphdr(nh, data_end, &iph);
+	if (eth_type == bpf_htons(ETH_P_IPV6))
+		return parse_ip6hdr(nh, data_end, &ip6h);
+	return -1;
+}
+
 #endif /* EBPF_XDP_PARSING_HELPERS_H */

@@ -1,0 +1,223 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) ebpf.xdp contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The tc adapter of the converger: one direction of one interface's tc hook.
+
+Private to the ebpf.xdp collection: the interface may change without notice.
+
+Three ways to hold a program there, chosen by `method`:
+
+- tcx: a pinned tcx bpf_link (kernel 6.6+), upgraded with bpf_link_update;
+- cls_bpf: a direct-action cls_bpf filter in the clsact qdisc, at a
+  priority/handle, upgraded by replacing the filter in place;
+- act_bpf: a u32 match-all filter whose action runs the program (loaded as
+  a tc action), the action's verdict configurable, replaced in place too;
+
+and auto: tcx where the kernel has it, else cls_bpf (a program already
+attached keeps its method). Other tcx programs and other filters on the
+hook coexist and are left alone. The clsact qdisc is removed only when the
+collection created it (a Record next to the attachments says so) and no
+filter is left in it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _pins, _tc_hooks, _tc_netlink
+from ansible_collections.ebpf.xdp.plugins.module_utils._converge import HookAdapter
+from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import (
+    HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed, Placement)
+
+FILTER_KINDS = {"cls_bpf": "bpf", "act_bpf": "u32"}
+CLSACT_RECORD = "clsact"
+
+
+class TcHook(HookAdapter):
+    """One direction of the tc hook of one interface, held by the method the task asks for."""
+
+    label = "tc"
+    prog_type = "sched_cls"
+    placement_key = "method"
+    report_keys = ("method", "direction", "priority", "handle", "verdict")
+
+    def __init__(self, ifname: str, ifindex: int, pins: _pins.PinDir, clsact: _pins.Record, direction: str,
+                 method: str, priority: int | None = None, handle: int | None = None, verdict: str = "drop",
+                 present: bool = True):
+        self.ifname = ifname
+        self.ifindex = ifindex
+        self.pins = pins
+        self.clsact = clsact
+        self.direction = direction
+        self.name = "tc_" + direction
+        self.requested = method
+        self.method = method  # auto is resolved by observe()
+        self.priority = priority
+        self.handle = handle
+        self.verdict = verdict
+        self.present = present
+
+    @classmethod
+    def from_params(cls, params: dict, ifindex: int, netns_key: str) -> TcHook:
+        ifname = params["interface"]
+        pins = _pins.PinDir.for_hook(params["pin_root"], netns_key, ifname, "tc_" + params["direction"])
+        clsact = _pins.Record(os.path.join(os.path.dirname(pins.directory), CLSACT_RECORD))
+        return cls(ifname, ifindex, pins, clsact, params["direction"], params["method"], params["priority"],
+                   params["handle"], params["verdict"], present=params["state"] == "present")
+
+    @property
+    def load_as(self) -> str | None:
+        return "sched_act" if self.method == "act_bpf" else None
+
+    # ------------------------------------------------------------ reading and comparing
+
+    def observe(self) -> Observed:
+        record = self.pins.record.read()
+        self._resolve_method(record)
+        programs = _tc_hooks.tc_programs(self.ifindex, self.direction)
+        ours = [p for p in programs if _tc_hooks.tc_owned(p, record)] or self._interrupted(programs, record)
+        if ours:
+            return _tc_hooks.observe_tc(ours[0], self.direction, record)
+        if self.method != "tcx":
+            priority, handle = self._spot(record)
+            there = [p for p in programs if p["method"] in FILTER_KINDS and p["priority"] == priority
+                     and self._same_handle(p["handle"], handle)]
+            if there:
+                return _tc_hooks.observe_tc(there[0], self.direction, None)
+        return Observed(placement_key="method")
+
+    def _resolve_method(self, record: dict | None) -> None:
+        if self.requested == "auto":
+            if record and record.get("mode"):
+                self.method = record["mode"]
+            else:
+                self.method = "tcx" if _tc_hooks.tcx_supported(self.ifindex) else "cls_bpf"
+        elif self.requested == "tcx" and not _tc_hooks.tcx_supported(self.ifindex):
+            raise HookError("method: tcx needs tcx links, which Linux has from 6.6; this kernel is %s. "
+                            "Use method: cls_bpf, or auto" % platform.release())
+
+    def _interrupted(self, programs: list[dict], record: dict | None) -> list[dict]:
+        """A run interrupted before rewriting the record: our pinned tcx link still proves ownership."""
+        if not record or record.get("mode") != "tcx" or not self.pins.has_link():
+            return []
+        with self.pins.open_link() as link:
+            info = link.info()
+        record["prog_id"] = info["prog_id"]
+        return [p for p in programs if p.get("link_id") == info["id"]]
+
+    def _spot(self, record: dict | None) -> tuple[int, int]:
+        """Where our filter goes: as the task says, else where it was, else the first free priority."""
+        if self.priority and self.handle:
+            return self.priority, self.handle
+        if record and record.get("priority") and record.get("mode") == self.method:
+            return self.priority or record["priority"], self.handle or record["handle"]
+        taken = {f["prio"] for f in _tc_netlink.filters(self.ifindex, self.direction)}
+        return self.priority or min(set(range(1, len(taken) + 2)) - taken), self.handle or 1
+
+    @staticmethod
+    def _same_handle(found: int, wanted: int) -> bool:
+        # A u32 handle comes back with its hash table (800::1); the task names the node (1).
+        return found == wanted or (not wanted & _tc_netlink.TC_U32_HTID_MASK
+                                   and found & _tc_netlink.TC_U32_NODE_MASK == wanted)
+
+    def refuse(self, observed: Observed) -> None:
+        if self.present and self.method != "tcx":
+            kind = _tc_netlink.qdisc_kind(self.ifindex)
+            if kind not in (None, "clsact"):
+                raise HookError("%s has the plain %s qdisc, which clsact (needed for %s) cannot replace; remove it "
+                                "with 'tc qdisc del dev %s %s' if nothing needs it, or use method: tcx"
+                                % (self.ifname, kind, self.method, self.ifname, kind))
+
+    def identity(self) -> dict:
+        return {"requested_method": self.requested, "direction": self.direction,
+                "requested_priority": self.priority, "requested_handle": self.handle,
+                "requested_verdict": self.verdict if self.method == "act_bpf" else None}
+
+    def in_place(self, observed: Observed) -> bool:
+        """Same method and, for filters, the place the task names (or any, when it names none)."""
+        if observed.mode != self.method:
+            return False
+        if self.method == "tcx":
+            return True
+        priority, handle = observed.extra.get("priority"), observed.extra.get("handle")
+        return self.priority in (None, priority) and (self.handle is None or self._same_handle(handle, self.handle))
+
+    def settled(self, observed: Observed) -> bool:
+        return self.in_place(observed) and (self.method != "act_bpf" or observed.extra.get("verdict") == self.verdict)
+
+    def planned_mode(self, observed: Observed) -> str:
+        return self.method
+
+    # ------------------------------------------------------------ acting
+
+    def attach(self, prog: _bpf.Program) -> Placement:
+        if self.method == "tcx":
+            link = _bpf.Link.create_tcx(prog, self.ifindex, _tc_hooks.TC_DIRECTIONS[self.direction])
+            with link:
+                self.pins.replace_pin(link, self.pins.link_path)
+                link_id = link.info()["id"]
+            return Placement(HELD_BY_LINK, "tcx", link_id, {"direction": self.direction})
+        if _tc_netlink.ensure_clsact(self.ifindex):
+            self.clsact.write({"created_by": "ebpf.xdp", "ifname": self.ifname})
+        try:
+            return self._put_filter(prog, self._spot(self.pins.record.read()), replace=False)
+        except Exception:
+            self._drop_clsact_if_unused()
+            raise
+
+    def _put_filter(self, prog: _bpf.Program, spot: tuple[int, int], replace: bool) -> Placement:
+        priority, handle = spot
+        if self.method == "cls_bpf":
+            _tc_netlink.attach_cls_bpf(self.ifindex, self.direction, prog.fd, prog.label, priority, handle,
+                                       replace=replace)
+        else:
+            _tc_netlink.attach_act_bpf(self.ifindex, self.direction, prog.fd, prog.label, priority, handle,
+                                       verdict=self.verdict, replace=replace)
+        placed = [f for f in _tc_netlink.filters(self.ifindex, self.direction)
+                  if f["prio"] == priority and self._same_handle(f["handle"], handle)]
+        extra = {"direction": self.direction, "priority": priority, "handle": placed[0]["handle"] if placed else handle}
+        if self.method == "act_bpf":
+            extra["verdict"] = self.verdict
+        return Placement(HELD_BY_NETLINK, self.method, None, extra)
+
+    def replace(self, observed: Observed, prog: _bpf.Program) -> Placement:
+        """Swap the program of the filter in its place: the hook is never without it."""
+        return self._put_filter(prog, (observed.extra["priority"], observed.extra["handle"]), replace=True)
+
+    def detach(self, observed: Observed) -> None:
+        if observed.holder == HELD_BY_LINK and observed.owned and self.pins.has_link():
+            self.pins.detach_link()
+        elif observed.holder == HELD_BY_LINK:
+            with _bpf.Link.from_id(observed.link_id) as link:
+                link.detach()
+        else:
+            _tc_netlink.delete_filter(self.ifindex, self.direction, observed.extra["priority"],
+                                      observed.extra["handle"], FILTER_KINDS[observed.mode])
+            self._drop_clsact_if_unused()
+
+    def restore(self, observed: Observed, old: _bpf.Program) -> None:
+        """Put back a program detached by a failed switch, where and as it was held.
+
+        Only our own programs are ever switched away from: a foreign tcx
+        program is never in our place, and a foreign filter is replaced in place.
+        """
+        if observed.holder == HELD_BY_LINK:
+            with _bpf.Link.create_tcx(old, self.ifindex, _tc_hooks.TC_DIRECTIONS[self.direction]) as link:
+                self.pins.replace_pin(link, self.pins.link_path)
+            return
+        method, self.method = self.method, observed.mode
+        try:
+            self._put_filter(old, (observed.extra["priority"], observed.extra["handle"]), replace=False)
+        finally:
+            self.method = method
+
+    def _drop_clsact_if_unused(self) -> None:
+        """Remove the clsact qdisc we created once no filter is left in it, in either direction."""
+        if not self.clsact.exists():
+            return
+        if not any(_tc_netlink.filters(self.ifindex, d) for d in ("ingress", "egress")):
+            _tc_netlink.delete_clsact(self.ifindex)
+            self.clsact.remove()

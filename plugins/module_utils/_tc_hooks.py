@@ -1,0 +1,73 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) ebpf.xdp contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Read-only: what the tc hooks of an interface hold (tcx links, clsact filters).
+
+Private to the ebpf.xdp collection: the interface may change without notice.
+
+Apart from _hooks because it needs pyroute2 (for the filters), which modules
+that manage XDP only do not import.
+"""
+
+from __future__ import annotations
+
+import errno
+
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _tc_netlink
+from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import HELD_BY_LINK, HELD_BY_NETLINK, Observed
+
+
+TC_DIRECTIONS = {"ingress": _bpf.BPF_TCX_INGRESS, "egress": _bpf.BPF_TCX_EGRESS}
+
+
+def tcx_supported(ifindex: int) -> bool:
+    """Whether this kernel has tcx (6.6+): it answers a query of the tcx hook."""
+    try:
+        _bpf.tcx_query(ifindex, _bpf.BPF_TCX_INGRESS)
+    except _bpf.BpfError as exc:
+        if exc.errno == errno.EINVAL:
+            return False
+        raise
+    return True
+
+
+def tc_programs(ifindex: int, direction: str) -> list[dict]:
+    """Every BPF program on one direction of an interface's tc hook, in the order they run.
+
+    tcx programs first (the kernel runs them before the clsact qdisc), then
+    the clsact filters: cls_bpf, and u32 filters whose action is act_bpf.
+    Each: method, prog_id, and link_id (tcx) or priority, handle, verdict.
+    """
+    found = []
+    if tcx_supported(ifindex):
+        hook = _bpf.tcx_query(ifindex, TC_DIRECTIONS[direction])
+        found += [{"method": "tcx", "prog_id": prog_id, "link_id": link_id or None}
+                  for prog_id, link_id in zip(hook["prog_ids"], hook["link_ids"])]
+    for tc_filter in _tc_netlink.filters(ifindex, direction):
+        if tc_filter["prog_id"]:
+            found.append({"method": "cls_bpf" if tc_filter["kind"] == "bpf" else "act_bpf",
+                          "prog_id": tc_filter["prog_id"], "priority": tc_filter["prio"],
+                          "handle": tc_filter["handle"], "verdict": tc_filter["verdict"]})
+    return found
+
+
+def observe_tc(entry: dict, direction: str, record: dict | None) -> Observed:
+    """One program of tc_programs() as an Observed; record is ours when it describes this program."""
+    with _bpf.Program.from_id(entry["prog_id"]) as prog:
+        info = prog.info()
+    extra = {"direction": direction}
+    extra.update((k, entry[k]) for k in ("priority", "handle", "verdict") if entry.get(k) is not None)
+    return Observed(prog_id=entry["prog_id"], name=info["name"], tag=info["tag"], mode=entry["method"],
+                    holder=HELD_BY_LINK if entry.get("link_id") else HELD_BY_NETLINK,
+                    link_id=entry.get("link_id"), record=record, map_ids=info["map_ids"], extra=extra,
+                    placement_key="method")
+
+
+def tc_owned(entry: dict, record: dict | None) -> bool:
+    """Whether our record describes this program in this place."""
+    if not record or record.get("prog_id") != entry["prog_id"] or record.get("mode") != entry["method"]:
+        return False
+    return entry["method"] == "tcx" or (record.get("priority"), record.get("handle")) == \
+        (entry.get("priority"), entry.get("handle"))

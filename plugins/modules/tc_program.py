@@ -1,0 +1,250 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) ebpf.xdp contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: tc_program
+short_description: Attach a tc BPF program to the ingress or egress of a network interface
+version_added: 0.2.0
+description:
+  - Loads one tc program (C(SEC("tc")), a C(sched_cls) program) from a compiled BPF object (see
+    M(ebpf.xdp.bpf_object)) and attaches it at O(direction) of an interface, held by one of three
+    methods (O(method)).
+  - V(tcx) holds it by a tcx bpf_link (Linux 6.6 and newer), pinned so it stays after the module exits
+    and upgraded with C(bpf_link_update).
+  - V(cls_bpf) holds it by a direct-action cls_bpf filter in the clsact qdisc, at a priority and
+    handle; an upgrade replaces the filter in place.
+  - V(act_bpf) holds it by a u32 match-all filter whose action runs the program (loaded as a tc action),
+    the setup of the kernel commit that introduced C(bpf_redirect()); the action's verdict
+    (O(verdict)) applies when the program returns C(TC_ACT_UNSPEC) (-1).
+  - On every upgrade the hook is never without the program, and its maps are pinned by name and reused,
+    so counters and tables survive. Other tcx programs and other filters on the hook are left alone.
+  - A program that this collection did not attach is never replaced or removed unless O(force=true).
+    The clsact qdisc is created when needed and removed only when this collection created it and no
+    filter is left in it. A plain C(ingress) qdisc on the interface is an error, never replaced.
+  - Two runs are the same when the object's SHA-256, program name, constants, method, direction and place
+    match the ownership record and the recorded program is the one attached.
+author:
+  - ebpf.xdp developers (@ebpf-xdp)
+requirements:
+  - libbpf >= 1.0 (C(libbpf.so.1)) and pyroute2 on the managed host
+  - root (C(CAP_BPF), C(CAP_NET_ADMIN), C(CAP_SYS_ADMIN)) and a mounted bpffs
+extends_documentation_fragment:
+  - ebpf.xdp.attributes
+  - ebpf.xdp.interface
+  - ebpf.xdp.program
+  - ebpf.xdp.pin_root
+options:
+  direction:
+    description:
+      - "The hook: frames arriving on the interface (V(ingress)) or leaving it (V(egress))."
+    type: str
+    choices: [ingress, egress]
+    default: ingress
+  method:
+    description:
+      - How the program is held on the hook; see the description.
+      - V(auto) is V(tcx) where the kernel has it, else V(cls_bpf); an attached program keeps its method.
+        RV(method) reports which one is in effect.
+      - Changing the method of an attached program detaches it before attaching again; a warning says so.
+    type: str
+    choices: [tcx, cls_bpf, act_bpf, auto]
+    default: auto
+  priority:
+    description:
+      - Filter priority (tc's C(pref)) for V(cls_bpf) and V(act_bpf), 1 to 65535.
+      - When omitted, the first free priority on first attach, then the one in use.
+    type: int
+  handle:
+    description:
+      - Filter handle for V(cls_bpf) and V(act_bpf), 1 to 4095 for V(act_bpf) (the u32 node). Default 1.
+    type: int
+  verdict:
+    description:
+      - The act_bpf action's own verdict, used when the program returns C(TC_ACT_UNSPEC) (-1);
+        only with O(method=act_bpf).
+    type: str
+    choices: [drop, pass, ok, pipe, continue, stolen, reclassify, shot, unspec]
+    default: drop
+attributes:
+  check_mode:
+    support: full
+    details:
+      - In check mode the program is still loaded into the kernel (without pinning or attaching it)
+        to compare its tag and to report verifier rejections; it is unloaded before the module exits.
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+notes:
+  - Use P(ebpf.xdp.xdp_facts#module) to read the attached programs and their counters.
+seealso:
+  - module: ebpf.xdp.bpf_object
+  - module: ebpf.xdp.xdp_program
+  - module: ebpf.xdp.xdp_facts
+"""
+
+EXAMPLES = r"""
+- name: Forward everything arriving on eth0 out of eth1 (bpf_redirect), tcx where the kernel has it
+  ebpf.xdp.tc_program:
+    interface: eth0
+    object: /var/lib/ebpf_xdp/objects/tc_redirect.o
+    program: redirect_xmit
+    constants:
+      redirect_ifindex: {ifindex: eth1}
+
+- name: The same as the bpf_redirect commit measured it, a u32 match-all filter with act_bpf
+  ebpf.xdp.tc_program:
+    interface: eth0
+    object: /var/lib/ebpf_xdp/objects/tc_redirect.o
+    program: redirect_xmit
+    method: act_bpf
+    priority: 10
+    constants:
+      redirect_ifindex: {ifindex: eth1}
+
+- name: Count (and pass) what leaves eth1, per IP protocol
+  ebpf.xdp.tc_program:
+    interface: eth1
+    direction: egress
+    object: /var/lib/ebpf_xdp/objects/tc_redirect.o
+    program: tc_drop_count
+    method: cls_bpf
+    constants:
+      tc_action: 0
+
+- name: Remove it
+  ebpf.xdp.tc_program:
+    interface: eth1
+    direction: egress
+    state: absent
+"""
+
+RETURN = r"""
+attached:
+  description: Whether a program is attached after the task.
+  returned: always
+  type: bool
+  sample: true
+interface:
+  description: Interface name.
+  returned: always
+  type: str
+  sample: eth0
+ifindex:
+  description: Interface index in its namespace.
+  returned: always
+  type: int
+  sample: 3
+netns:
+  description: The network namespace given, or null.
+  returned: always
+  type: str
+direction:
+  description: The hook, V(ingress) or V(egress).
+  returned: when attached
+  type: str
+  sample: ingress
+method:
+  description: How the program is held, V(tcx), V(cls_bpf) or V(act_bpf).
+  returned: when attached
+  type: str
+  sample: tcx
+id:
+  description: Kernel id of the attached program.
+  returned: when attached
+  type: int
+  sample: 42
+name:
+  description: Program name as the kernel knows it (at most 15 characters).
+  returned: when attached
+  type: str
+  sample: redirect_xmit
+tag:
+  description: Kernel tag (hash of the instructions) of the attached program.
+  returned: when attached
+  type: str
+attach:
+  description: V(link) (a pinned tcx link) or V(netlink) (a filter).
+  returned: when attached
+  type: str
+  sample: link
+link_id:
+  description: Kernel id of the tcx link.
+  returned: when attached with V(tcx)
+  type: int
+priority:
+  description: Filter priority.
+  returned: when attached with V(cls_bpf) or V(act_bpf)
+  type: int
+  sample: 1
+handle:
+  description: Filter handle as the kernel reports it (for u32, with its hash table, e.g. 0x80000001).
+  returned: when attached with V(cls_bpf) or V(act_bpf)
+  type: int
+  sample: 1
+verdict:
+  description: The act_bpf action's verdict.
+  returned: when attached with V(act_bpf)
+  type: str
+  sample: drop
+maps:
+  description: Pinned maps of the program, name to pin path.
+  returned: when attached
+  type: dict
+pin_dir:
+  description: Pin directory of this attachment.
+  returned: always
+  type: str
+  sample: /sys/fs/bpf/ebpf_xdp/host/eth0/tc_ingress
+verifier_log_tail:
+  description: Last lines of the verifier log when the kernel rejected the program.
+  returned: on verifier rejection
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _converge
+from ansible_collections.ebpf.xdp.plugins.module_utils._tc import TcHook
+
+
+def main():
+    argument_spec = dict(
+        direction=dict(type="str", choices=["ingress", "egress"], default="ingress"),
+        method=dict(type="str", choices=["tcx", "cls_bpf", "act_bpf", "auto"], default="auto"),
+        priority=dict(type="int"),
+        handle=dict(type="int"),
+        verdict=dict(type="str", default="drop",
+                     choices=["drop", "pass", "ok", "pipe", "continue", "stolen", "reclassify", "shot", "unspec"]),
+    )
+    argument_spec.update(_common.INTERFACE_ARGS)
+    argument_spec.update(_common.PROGRAM_ARGS)
+    argument_spec.update(_common.PIN_ROOT_ARGS)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
+                           required_if=[("state", "present", ["object"])])
+    p = module.params
+    if p["priority"] is not None and not 1 <= p["priority"] <= 0xFFFF:
+        module.fail_json(msg="priority must be between 1 and 65535, not %d" % p["priority"])
+    if p["handle"] is not None and not 1 <= p["handle"] <= (0xFFF if p["method"] == "act_bpf" else 0xFFFFFFFF):
+        module.fail_json(msg="handle must be between 1 and %d for method %s, not %d"
+                             % (0xFFF if p["method"] == "act_bpf" else 0xFFFFFFFF, p["method"], p["handle"]))
+    _common.require_libraries(module)
+    _common.require_privileges(module)
+
+    try:
+        result, warnings = _converge.converge_interface(p, module.check_mode, TcHook.from_params)
+    except _common.KNOWN_ERRORS as exc:
+        _common.fail_from(module, exc, interface=p["interface"], changed=False)
+    for warning in warnings:
+        module.warn(warning)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

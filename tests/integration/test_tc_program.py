@@ -289,3 +289,73 @@ def test_act_bpf_needs_a_kernel_with_act_bpf(run_distro, pair, tc_obj, pin_root)
         pytest.skip("this kernel has act_bpf")  # the VM lab host's does; see the pktgen issue
     assert "no act_bpf (CONFIG_NET_ACT_BPF)" in res["msg"], res
     assert_untouched(pair, pin_root)
+
+
+# ------------------------------------------------------------------ forwarding
+
+
+class Chain:
+    """tx/eth0 <-> rt/eth0, rt/eth1 <-> rx/eth0: a router namespace between a sender and a receiver."""
+
+    def __init__(self):
+        from conftest import Pair
+        self.pair = Pair()  # tx <-> rx names, MACs and addresses, reused for the two links
+        self.tx, self.rt, self.rx = self.pair.tx, self.pair.tx.replace("-tx", "-rt"), self.pair.rx
+
+    def up(self):
+        for ns in (self.tx, self.rt, self.rx):
+            sh("ip", "netns", "add", ns)
+            sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
+        sh("ip", "link", "add", "eth0", "netns", self.tx, "address", self.pair.tx_mac, "type", "veth",
+           "peer", "name", "eth0", "netns", self.rt)
+        sh("ip", "link", "add", "eth1", "netns", self.rt, "type", "veth",
+           "peer", "name", "eth0", "netns", self.rx, "address", self.pair.rx_mac)
+        for ns, dev in ((self.tx, "eth0"), (self.rt, "eth0"), (self.rt, "eth1"), (self.rx, "eth0")):
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+
+    def down(self):
+        for ns in (self.tx, self.rt, self.rx):
+            sh("ip", "netns", "del", ns, check=False)
+
+
+@pytest.fixture
+def chain():
+    c = Chain()
+    c.up()
+    yield c
+    c.down()
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("program", ["redirect_xmit", "clone_redirect_xmit"])
+def test_redirect_forwards_through_the_router(run_distro, chain, tc_obj, drop_obj, method, program):
+    """Frames into the router's eth0 leave by its eth1 and are counted by xdp_drop_count on the receiver."""
+    run_distro("xdp_program", dict(interface="eth0", netns=chain.rx, object=drop_obj))
+    args = dict(interface="eth0", netns=chain.rt, object=tc_obj, program=program, method=method,
+                constants={"redirect_ifindex": {"ifindex": "eth1"}})
+    assert_rhythm(run_distro, "tc_program", args)
+    sent = run_distro("xdp_trafficgen", dict(interface="eth0", netns=chain.tx, src_ip=chain.pair.tx_ip,
+                                             dst_ip=chain.pair.rx_ip, dst_mac=chain.pair.rx_mac,
+                                             protocols=["udp", "tcp"], count=40, rate=20000))
+    assert sent["sent"] == {"udp": 40, "tcp": 40}, sent
+    received = run_distro("xdp_facts", dict(netns=chain.rx, interfaces=["eth0"]))["ansible_facts"]["xdp"]
+    assert received["interfaces"]["eth0"]["xdp"]["protocols"] == {"udp": 40, "tcp": 40}
+    router = run_distro("xdp_facts", dict(netns=chain.rt, interfaces=["eth0"]))["ansible_facts"]["xdp"]
+    [entry] = router["interfaces"]["eth0"]["tc"]["ingress"]
+    assert entry["name"] == program[:15] and entry["counters"]["redirect_count"] == {"0": 80}, entry
+    assert entry["constants"] == {"redirect_ifindex": {"ifindex": "eth1"}}
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_redirect_ingress_delivers_into_the_targets_receive_path(run_distro, chain, tc_obj, method):
+    """redirect_ingress on eth0 hands frames to eth1's receive path: tc_drop_count at eth1's ingress sees them."""
+    count = dict(interface="eth1", netns=chain.rt, object=tc_obj, program="tc_drop_count", method=method)
+    run_distro("tc_program", count)
+    args = dict(interface="eth0", netns=chain.rt, object=tc_obj, program="redirect_ingress", method=method,
+                constants={"redirect_ifindex": {"ifindex": "eth1"}})
+    assert_rhythm(run_distro, "tc_program", args)
+    run_distro("xdp_trafficgen", dict(interface="eth0", netns=chain.tx, src_ip=chain.pair.tx_ip,
+                                      dst_ip=chain.pair.rx_ip, protocols=["icmp"], count=30, rate=20000))
+    router = run_distro("xdp_facts", dict(netns=chain.rt, interfaces=["eth1"]))["ansible_facts"]["xdp"]
+    [entry] = router["interfaces"]["eth1"]["tc"]["ingress"]
+    assert entry["protocols"] == {"icmp": 30}, entry

@@ -294,38 +294,6 @@ def test_act_bpf_needs_a_kernel_with_act_bpf(run_distro, pair, tc_obj, pin_root)
 # ------------------------------------------------------------------ forwarding
 
 
-class Chain:
-    """tx/eth0 <-> rt/eth0, rt/eth1 <-> rx/eth0: a router namespace between a sender and a receiver."""
-
-    def __init__(self):
-        from conftest import Pair
-        self.pair = Pair()  # tx <-> rx names, MACs and addresses, reused for the two links
-        self.tx, self.rt, self.rx = self.pair.tx, self.pair.tx.replace("-tx", "-rt"), self.pair.rx
-
-    def up(self):
-        for ns in (self.tx, self.rt, self.rx):
-            sh("ip", "netns", "add", ns)
-            sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
-        sh("ip", "link", "add", "eth0", "netns", self.tx, "address", self.pair.tx_mac, "type", "veth",
-           "peer", "name", "eth0", "netns", self.rt)
-        sh("ip", "link", "add", "eth1", "netns", self.rt, "type", "veth",
-           "peer", "name", "eth0", "netns", self.rx, "address", self.pair.rx_mac)
-        for ns, dev in ((self.tx, "eth0"), (self.rt, "eth0"), (self.rt, "eth1"), (self.rx, "eth0")):
-            sh("ip", "-n", ns, "link", "set", dev, "up")
-
-    def down(self):
-        for ns in (self.tx, self.rt, self.rx):
-            sh("ip", "netns", "del", ns, check=False)
-
-
-@pytest.fixture
-def chain():
-    c = Chain()
-    c.up()
-    yield c
-    c.down()
-
-
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("program", ["redirect_xmit", "clone_redirect_xmit"])
 def test_redirect_forwards_through_the_router(run_distro, chain, tc_obj, drop_obj, method, program):

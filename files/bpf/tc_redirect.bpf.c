@@ -30,40 +30,13 @@
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
 #include <bpf/bpf_helpers.h>
-#include "parsing_helpers.h"
-
-/* Keys of redirect_count. */
-#define REDIRECT_DONE 0 /* redirected, or a clone handed to the device */
-#define REDIRECT_REFUSED 1 /* the helper (or the target's queue) refused */
+#include "proto_count.h"
+#include "redirect_count.h"
 
 /* Load-time settings: the loader writes them into .rodata before loading. */
 const volatile __u32 redirect_ifindex = 0;
 const volatile int after_clone = TC_ACT_SHOT;
 const volatile int tc_action = TC_ACT_SHOT;
-
-/* Same layout as xdp_drop_count's, so the collection's facts label it. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__type(key, __u32);
-	__type(value, __u64);
-	__uint(max_entries, 256);
-} proto_count SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__type(key, __u32);
-	__type(value, __u64);
-	__uint(max_entries, 2);
-} redirect_count SEC(".maps");
-
-static __always_inline void count_redirect(__u32 key)
-{
-	__u64 *count;
-
-	count = bpf_map_lookup_elem(&redirect_count, &key);
-	if (count)
-		*count += 1;
-}
 
 /* bpf_redirect() answers TC_ACT_REDIRECT, or TC_ACT_SHOT for flags it does
  * not know; the redirect itself happens after the program returns. */
@@ -107,21 +80,7 @@ int clone_redirect_xmit(struct __sk_buff *skb)
 SEC("tc")
 int tc_drop_count(struct __sk_buff *skb)
 {
-	void *data_end = (void *)(long)skb->data_end;
-	void *data = (void *)(long)skb->data;
-	struct hdr_cursor nh = { .pos = data };
-	__u32 key = 0;
-	__u64 *count;
-	int proto;
-
-	proto = parse_ip_proto(&nh, data_end);
-	if (proto >= 0)
-		key = proto & 0xff;
-
-	count = bpf_map_lookup_elem(&proto_count, &key);
-	if (count)
-		*count += 1;
-
+	count_ip_proto((void *)(long)skb->data, (void *)(long)skb->data_end);
 	return tc_action;
 }
 

@@ -9,37 +9,16 @@
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
-#include "parsing_helpers.h"
+#include "proto_count.h"
 
 /* Load-time setting: the loader writes it into .rodata before loading, so
  * one compiled object serves both the drop and the count-only use. */
 const volatile __u32 xdp_action = XDP_DROP;
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__type(key, __u32);
-	__type(value, __u64);
-	__uint(max_entries, 256);
-} proto_count SEC(".maps");
-
 SEC("xdp")
 int xdp_drop_count(struct xdp_md *ctx)
 {
-	void *data_end = (void *)(long)ctx->data_end;
-	void *data = (void *)(long)ctx->data;
-	struct hdr_cursor nh = { .pos = data };
-	__u32 key = 0;
-	__u64 *count;
-	int proto;
-
-	proto = parse_ip_proto(&nh, data_end);
-	if (proto >= 0)
-		key = proto & 0xff;
-
-	count = bpf_map_lookup_elem(&proto_count, &key);
-	if (count)
-		*count += 1;
-
+	count_ip_proto((void *)(long)ctx->data, (void *)(long)ctx->data_end);
 	return xdp_action;
 }
 

@@ -10,30 +10,17 @@
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
-
-/* Keys of redirect_count. */
-#define REDIRECT_DONE 0 /* the helper accepted the redirect */
-#define REDIRECT_REFUSED 1 /* the helper refused (answered XDP_ABORTED) */
+#include "redirect_count.h"
 
 const volatile __u32 redirect_ifindex = 0;
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__type(key, __u32);
-	__type(value, __u64);
-	__uint(max_entries, 2);
-} redirect_count SEC(".maps");
 
 SEC("xdp")
 int xdp_redirect(struct xdp_md *ctx)
 {
 	long verdict = bpf_redirect(redirect_ifindex, 0);
-	__u32 key = verdict == XDP_REDIRECT ? REDIRECT_DONE : REDIRECT_REFUSED;
-	__u64 *count;
 
-	count = bpf_map_lookup_elem(&redirect_count, &key);
-	if (count)
-		*count += 1;
+	/* It answers XDP_ABORTED for flags it does not know. */
+	count_redirect(verdict == XDP_REDIRECT ? REDIRECT_DONE : REDIRECT_REFUSED);
 	return verdict;
 }
 

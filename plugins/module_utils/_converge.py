@@ -37,7 +37,7 @@ import dataclasses
 import os
 from typing import Callable
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _hooks, _loader, _netns, _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _common, _hooks, _loader, _netns, _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils._compile import sha256_file
 from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import (
     HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed, Placement)
@@ -56,7 +56,8 @@ REPLACE = "replace in place"
 REATTACH = "detach, attach, restore on failure"
 
 # The largest placement a record can get, to check its size before the swap.
-WIDEST_PLACEMENT = {"attach": "x" * 16, "mode": "x" * 16, "link_id": 2 ** 32}
+WIDEST_PLACEMENT = {"attach": "x" * 16, "mode": "x" * 16, "link_id": 2 ** 32, "direction": "x" * 16,
+                    "priority": 2 ** 16, "handle": 2 ** 32, "verdict": "x" * 16}
 
 
 @dataclasses.dataclass
@@ -216,9 +217,10 @@ class Converger:
             return False, before
         if action == REFUSE_FOREIGN:
             raise HookError(
-                "%s already has %s program %r (id %d, tag %s, %s mode) that ebpf.xdp did not attach; "
+                "%s already has %s program %r (id %d, tag %s, %s %s) that ebpf.xdp did not attach; "
                 "it is left in place. Set force: true to replace it"
-                % (self.hook.ifname, self.hook.label, observed.name, observed.prog_id, observed.tag, observed.mode))
+                % (self.hook.ifname, self.hook.label, observed.name, observed.prog_id, observed.tag,
+                   self.hook.placement_key, observed.mode))
         if self.check_mode:
             return self._preview(observed, identity, before)
         return self._apply(observed, identity, before)
@@ -252,7 +254,8 @@ class Converger:
         created = self.pins.make()
         try:
             with self._load(identity, self.pins.maps_dir) as loaded:
-                if self._same_program(observed, loaded):
+                action = plan_swap(observed, self.hook.in_place(observed), self._same_program(observed, loaded))
+                if action == RECORD_ONLY:
                     # A rebuilt object with the same program: nothing changes in the kernel;
                     # the record learns the new object so the next run matches it directly.
                     self.pins.record.write(dict(observed.record, **identity))
@@ -261,7 +264,7 @@ class Converger:
                               prog_id=loaded.info["id"], data_sha256=loaded.data_sha256,
                               prog_pin=self.pins.prog_path, maps=loaded.maps)
                 _pins.Record.encode(dict(record, **WIDEST_PLACEMENT))  # fail before the swap if it cannot fit
-                placement = self._swap(observed, loaded.program)
+                placement = self._swap(action, observed, loaded.program)
                 self.pins.replace_pin(loaded.program, self.pins.prog_path)
         except Exception:
             self.pins.undo(created)
@@ -273,9 +276,8 @@ class Converger:
                          extra=placement.extra, placement_key=self.hook.placement_key)
         return True, self.state(after)
 
-    def _swap(self, observed: Observed, prog: _bpf.Program) -> Placement:
-        """Put prog on the hook in place of what was observed."""
-        action = plan_swap(observed, self.hook.in_place(observed), same_program=False)
+    def _swap(self, action: str, observed: Observed, prog: _bpf.Program) -> Placement:
+        """Put prog on the hook in place of what was observed, as plan_swap decided."""
         if action == ATTACH:
             return self.hook.attach(prog)
         if action == UPDATE_LINK:
@@ -286,8 +288,9 @@ class Converger:
 
     def _reattach(self, observed: Observed, prog: _bpf.Program) -> Placement:
         """A mode change, or a foreign link we cannot update: detach, attach, and put the old one back on failure."""
-        self.warnings.append("%s was briefly without an %s program while switching %s" % (
-            self.hook.ifname, self.hook.label, "from a foreign link" if self.hook.in_place(observed) else "mode"))
+        self.warnings.append("%s was briefly without its %s program while switching %s" % (
+            self.hook.ifname, self.hook.label,
+            "from a foreign link" if self.hook.in_place(observed) else self.hook.placement_key))
         with self.hook.hold(observed.prog_id) as old:
             self.hook.detach(observed)
             try:
@@ -314,3 +317,14 @@ def converge_interface(params: dict, check_mode: bool, make_hook: Callable) -> t
             hook = make_hook(params, _netns.ifindex(ifname), key)
             converger = Converger(hook, Desired.from_params(params), check_mode)
             return dict(converger.run(), netns=params["netns"]), converger.warnings
+
+
+def exit_converged(module, make_hook: Callable) -> None:
+    """A program module's main work: converge, then exit_json, or fail_json with what went wrong."""
+    try:
+        result, warnings = converge_interface(module.params, module.check_mode, make_hook)
+    except _common.KNOWN_ERRORS as exc:
+        _common.fail_from(module, exc, interface=module.params["interface"], changed=False)
+    for warning in warnings:
+        module.warn(warning)
+    module.exit_json(**result)

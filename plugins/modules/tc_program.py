@@ -237,13 +237,7 @@ def main():
     _common.require_libraries(module)
     _common.require_privileges(module)
 
-    try:
-        result, warnings = _converge.converge_interface(p, module.check_mode, TcHook.from_params)
-    except _common.KNOWN_ERRORS as exc:
-        _common.fail_from(module, exc, interface=p["interface"], changed=False)
-    for warning in warnings:
-        module.warn(warning)
-    module.exit_json(**result)
+    _converge.exit_converged(module, TcHook.from_params)
 
 
 if __name__ == "__main__":

@@ -189,13 +189,7 @@ def main():
     _common.require_libraries(module, pyroute2=False)
     _common.require_privileges(module)
 
-    try:
-        result, warnings = _converge.converge_interface(module.params, module.check_mode, XdpHook.from_params)
-    except _common.KNOWN_ERRORS as exc:
-        _common.fail_from(module, exc, interface=module.params["interface"], changed=False)
-    for warning in warnings:
-        module.warn(warning)
-    module.exit_json(**result)
+    _converge.exit_converged(module, XdpHook.from_params)
 
 
 if __name__ == "__main__":

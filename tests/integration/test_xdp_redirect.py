@@ -10,7 +10,7 @@ from conftest import BPF_DIR, assert_rhythm, compile_bpf, sh
 @pytest.fixture(scope="module")
 def redirect_obj(tmp_path_factory):
     return compile_bpf(os.path.join(BPF_DIR, "xdp_redirect.bpf.c"),
-                       tmp_path_factory.mktemp("xdpredirect") / "xdp_redirect.o")
+                       tmp_path_factory.mktemp("xdpredirect") / "xdp_redirect.o", [os.path.join(BPF_DIR, "include")])
 
 
 @pytest.mark.parametrize("mode", ["native", "generic"])

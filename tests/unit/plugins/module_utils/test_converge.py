@@ -285,7 +285,7 @@ def test_foreign_link_is_detached_then_attached_with_a_warning(obj):
     hook = FakeHook(FOREIGN_LINK)
     _result, warnings, _loads = converge(hook, obj, force=True)
     assert hook.calls == [("detach", 20), ("attach", 30)]
-    assert "briefly without an XDP program while switching from a foreign link" in warnings[0]
+    assert "briefly without its XDP program while switching from a foreign link" in warnings[0]
 
 
 def test_mode_switch_reattaches(obj):

@@ -591,6 +591,24 @@ class Program(Fd):
         _check(lib().bpf_prog_test_run_opts(self.fd, ctypes.byref(opts)), "test-run program %s" % self.label)
         return opts.retval, opts.duration
 
+    def test_run_output(self, data: bytes, ctx: bytes | None = None, room: int = 256) -> tuple[int, bytes]:
+        """One BPF_PROG_TEST_RUN (not live) that returns (retval, the data as the program left it).
+
+        For XDP the data comes back from the metadata on, when ctx gave some;
+        `room` is what the program may add to the data's length.
+        """
+        data_buf = ctypes.create_string_buffer(bytes(data), len(data))
+        out_buf = ctypes.create_string_buffer(len(data) + room)
+        ctx_buf = ctypes.create_string_buffer(bytes(ctx), len(ctx)) if ctx else None
+        opts = _TestRunOpts(sz=ctypes.sizeof(_TestRunOpts),
+                            data_in=ctypes.addressof(data_buf), data_size_in=len(data),
+                            data_out=ctypes.addressof(out_buf), data_size_out=len(out_buf), repeat=1)
+        if ctx_buf is not None:
+            opts.ctx_in = ctypes.addressof(ctx_buf)
+            opts.ctx_size_in = len(ctx)
+        _check(lib().bpf_prog_test_run_opts(self.fd, ctypes.byref(opts)), "test-run program %s" % self.label)
+        return opts.retval, out_buf.raw[:opts.data_size_out]
+
 
 class Map(Fd):
     """Typed access to one map; per-CPU values come back as one entry per CPU."""

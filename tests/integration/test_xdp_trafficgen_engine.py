@@ -1,0 +1,284 @@
+"""ebpf.xdp.xdp_trafficgen's engines on a real veth: counts, ports, threads, duration, auto, bad input.
+
+The receiver is counted by xdp_drop_count (attached here in-process, the
+way xdp_program would, to keep the module runs for the generator), or, to
+check the frames themselves, captured with a packet socket on a peer that
+has GRO instead of an XDP program.
+"""
+
+import contextlib
+import ctypes
+import fcntl
+import os
+import socket
+import struct
+
+import pytest
+
+from conftest import BPF_DIR, Pair, compile_bpf, sh
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _facts, _frames, _loader, _netns, _trafficgen
+
+SIOCETHTOOL = 0x8946
+ETHTOOL_SGRO = 0x2C
+PACKET_OUTGOING = 4
+
+
+@pytest.fixture(scope="session")
+def tg_obj(tmp_path_factory):
+    return compile_bpf(os.path.join(BPF_DIR, "xdp_trafficgen.bpf.c"),
+                       tmp_path_factory.mktemp("obj") / "xdp_trafficgen.o", [os.path.join(BPF_DIR, "include")])
+
+
+class QueuePair(Pair):
+    """A pair whose receiving end has one receive queue per CPU: senders on different CPUs share no ring."""
+
+    def __init__(self, queues):
+        super().__init__()
+        self.queues = queues
+
+    def up(self):
+        for ns in (self.tx, self.rx):
+            sh("ip", "netns", "add", ns)
+        q = ["numtxqueues", str(self.queues), "numrxqueues", str(self.queues)]
+        sh("ip", "link", "add", "eth0", "netns", self.tx, "address", self.tx_mac, *q, "type", "veth",
+           "peer", "name", "eth0", "netns", self.rx, "address", self.rx_mac, *q)
+        for ns in (self.tx, self.rx):
+            sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
+            sh("ip", "-n", ns, "link", "set", "eth0", "up")
+
+
+def attach_drop(ns, drop_obj):
+    """xdp_drop_count on ns/eth0 through netlink; the veth holds it until the namespace goes."""
+    with _netns.netns(ns):
+        with _loader.load(drop_obj, "xdp_drop_count", "xdp") as loaded:
+            _bpf.xdp_attach_netlink(_netns.ifindex("eth0"), loaded.program, _bpf.XDP_FLAGS_DRV_MODE)
+
+
+def rx_counts(ns):
+    """The receiver's xdp_drop_count counters, {IP protocol: frames}."""
+    with _netns.netns(ns):
+        prog_id = _bpf.xdp_query(_netns.ifindex("eth0"))["prog_id"]
+    with _bpf.Program.from_id(prog_id) as prog:
+        for map_id in prog.info()["map_ids"]:
+            with _bpf.Map.from_id(map_id) as counters:
+                if counters.info["name"] == "proto_count":
+                    return _facts.read_counters(counters)
+    raise AssertionError("no proto_count map on %s/eth0" % ns)
+
+
+def set_gro(ns, on):
+    """ethtool -K eth0 gro on|off, without ethtool: a veth with GRO takes XDP frames into its stack."""
+    value = ctypes.create_string_buffer(struct.pack("=II", ETHTOOL_SGRO, int(on)), 8)
+    with _netns.netns(ns):
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            fcntl.ioctl(sock.fileno(), SIOCETHTOOL, struct.pack("16sQ", b"eth0", ctypes.addressof(value)) + bytes(16))
+
+
+@contextlib.contextmanager
+def capture(ns):
+    """Frames arriving on ns/eth0, as a list filled when the block ends."""
+    frames = []
+    with _netns.netns(ns):
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+        sock.setsockopt(socket.SOL_SOCKET, 33, 16 << 20)  # SO_RCVBUFFORCE: hold every frame of the burst
+        sock.bind(("eth0", 0))
+    try:
+        yield frames
+        sock.setblocking(False)
+        while True:
+            try:
+                data, address = sock.recvfrom(65536)
+            except BlockingIOError:
+                break
+            if address[2] != PACKET_OUTGOING:
+                frames.append(data)
+    finally:
+        sock.close()
+
+
+def send(run, pair, check=False, **args):
+    base = dict(interface="eth0", netns=pair.tx, src_ip=pair.tx_ip, dst_ip=pair.rx_ip, dst_mac=pair.rx_mac)
+    base.update(args)
+    return run("xdp_trafficgen", base, check=check)
+
+
+def delta(before, after):
+    return {k: after.get(k, 0) - before.get(k, 0) for k in set(before) | set(after) if after.get(k, 0) != before.get(k, 0)}
+
+
+# ---------------------------------------------------------------- counts
+
+
+def test_xdp_engine_counts_equal_the_receivers(run, pair, drop_obj, tg_obj):
+    attach_drop(pair.rx, drop_obj)
+    res = send(run, pair, engine="xdp", object=tg_obj, protocols=["udp", "tcp", "icmp"], count=200000)
+    assert not res.get("failed"), res
+    assert res["engine"] == "xdp" and res["changed"] is False
+    assert res["sent"] == {"udp": 200000, "tcp": 200000, "icmp": 200000} and res["total"] == 600000, res
+    assert res["tx_dropped"] == 0
+    assert [(t["cpu"], t["sent"]) for t in res["threads"]] == [(min(os.sched_getaffinity(0)), 600000)]
+    assert res["pps"] > 0 and res["seconds"] > 0
+    assert rx_counts(pair.rx) == {17: 200000, 6: 200000, 1: 200000}
+
+    res = send(run, pair, engine="xdp", object=tg_obj, src_ip="fd00::1", dst_ip="fd00::2", count=300000, size=100)
+    assert res["sent"] == {"udp": 300000} and res["tx_dropped"] == 0, res
+    assert rx_counts(pair.rx) == {17: 500000, 6: 200000, 1: 200000}
+
+
+def test_socket_engine_counts_equal_the_receivers(run_distro, pair, drop_obj):
+    attach_drop(pair.rx, drop_obj)
+    res = send(run_distro, pair, engine="socket", protocols=["udp", "tcp", "icmp"], count=500)
+    assert res["engine"] == "socket" and res["engine_reason"] == "requested"
+    assert res["sent"] == {"udp": 500, "tcp": 500, "icmp": 500}, res
+    res = send(run_distro, pair, engine="socket", src_ip="fd00::1", dst_ip="fd00::2", protocols=["udp", "icmp"],
+               count=300)
+    assert res["sent"] == {"udp": 300, "icmp": 300}, res
+    assert rx_counts(pair.rx) == {17: 800, 6: 500, 1: 500, 58: 300}
+
+
+def test_threads_on_two_cpus_add_up(run_distro, drop_obj, tg_obj):
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    if len(cpus) < 2:
+        pytest.skip("needs two CPUs")
+    pair = QueuePair(2)
+    pair.up()
+    try:
+        attach_drop(pair.rx, drop_obj)
+        res = send(run_distro, pair, engine="xdp", object=tg_obj, cpus=cpus, count=400001)
+        assert res["sent"] == {"udp": 400001} and res["tx_dropped"] == 0, res
+        assert [(t["cpu"], t["sent"]) for t in res["threads"]] == [(cpus[0], 200001), (cpus[1], 200000)]
+        assert all(t["pps"] > 0 for t in res["threads"])
+        assert rx_counts(pair.rx) == {17: 400001}
+    finally:
+        pair.down()
+
+
+def test_duration_is_bounded(run_distro, pair, drop_obj, tg_obj):
+    attach_drop(pair.rx, drop_obj)
+    res = send(run_distro, pair, engine="xdp", object=tg_obj, protocols=["udp", "tcp"], duration=0.6)
+    assert 0.6 <= res["seconds"] < 1.5, res
+    assert res["sent"]["udp"] > 10000 and res["sent"]["tcp"] > 10000 and res["tx_dropped"] == 0, res
+    assert rx_counts(pair.rx) == {17: res["sent"]["udp"], 6: res["sent"]["tcp"]}
+
+    before = rx_counts(pair.rx)
+    res = send(run_distro, pair, engine="socket", duration=0.3, rate=20000)
+    assert res["engine"] == "socket" and 0.3 <= res["seconds"] < 1.2, res
+    assert 1000 < res["total"] <= 6100, res  # paced at 20000/s, the pace itself is not under test
+    assert delta(before, rx_counts(pair.rx)) == {17: res["total"]}
+
+
+# ---------------------------------------------------------------- the frames themselves
+
+
+def check_frames(frames, pair, version, protocols, count, src_ports, dst_ports):
+    """Every frame from the sender carries a valid L4 checksum; the ports walk their ranges."""
+    offset = _frames.l4_offset(version)
+    ethertype = 0x0800 if version == 4 else 0x86DD
+    ours = [f for f in frames if f[6:12] == _frames.mac_bytes(pair.tx_mac) and struct.unpack("!H", f[12:14])[0] == ethertype]
+    numbers = {"udp": 17, "tcp": 6}
+    for protocol in protocols:
+        kind = [f for f in ours if f[offset - (11 if version == 4 else 34)] == numbers[protocol]]
+        assert len(kind) == count, protocol
+        ports = [struct.unpack_from("!HH", f, offset) for f in kind]
+        expected = [(_frames.port_at(src_ports[0], src_ports[1], n), _frames.port_at(dst_ports[0], dst_ports[1], n))
+                    for n in range(count)]
+        assert sorted(ports) == sorted(expected)
+        for frame in kind:
+            rebuilt = _frames.build_frame(protocol, pair.tx_mac, pair.rx_mac, *addresses(pair, version),
+                                          *struct.unpack_from("!HH", frame, offset), size=len(frame))
+            assert frame == rebuilt, "a frame that differs from a freshly built one (checksum included)"
+
+
+def addresses(pair, version):
+    return (pair.tx_ip, pair.rx_ip) if version == 4 else ("fd00::1", "fd00::2")
+
+
+def udp_in_csum_errors(pair):
+    lines = sh("ip", "netns", "exec", pair.rx, "cat", "/proc/net/snmp").stdout.splitlines()
+    names, values = [line.split() for line in lines if line.startswith("Udp:")][:2]
+    return int(values[names.index("InCsumErrors")])
+
+
+@pytest.mark.parametrize("engine,version", [("xdp", 4), ("xdp", 6), ("socket", 4)])
+def test_ports_vary_and_checksums_hold(run_distro, pair, tg_obj, engine, version):
+    set_gro(pair.rx, True)  # no XDP program: the receiver's stack gets the frames, and checks them too
+    src_ip, dst_ip = addresses(pair, version)
+    with capture(pair.rx) as frames:
+        res = send(run_distro, pair, engine=engine, object=tg_obj, src_ip=src_ip, dst_ip=dst_ip,
+                   protocols=["udp", "tcp"], count=300, src_port=1000, src_port_max=1006, dst_port=65500,
+                   dst_port_max=65535)
+        assert res["engine"] == engine and res["sent"] == {"udp": 300, "tcp": 300}, res
+    check_frames(frames, pair, version, ["udp", "tcp"], 300, (1000, 7), (65500, 36))
+    assert udp_in_csum_errors(pair) == 0
+
+
+def test_program_rewrites_ports_as_python_does(tg_obj):
+    """The BPF program and _frames.set_ports agree frame by frame (plain test runs return the frame)."""
+    constants = dict(src_port_min=40000, src_port_span=3, dst_port_min=7, dst_port_span=1000)
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})  # the program's counters are per CPU
+    try:
+        for version, src, dst in ((4, "10.0.0.1", "10.0.0.2"), (6, "fd00::1", "fd00::2")):
+            for protocol in ("udp", "tcp"):
+                with _loader.load(tg_obj, "xdp_trafficgen", "xdp", constants) as loaded:
+                    settings = _trafficgen.Settings(interface="lo", src_ip=src, dst_ip=dst, protocols=[protocol],
+                                                    vlan=9, size=90)
+                    settings.validate()
+                    kind = _trafficgen.build_kinds(settings, "02:00:00:00:00:01")[0]
+                    data = kind.xdp_data()
+                    ctx = _trafficgen.XDP_MD.pack(_trafficgen.META.size, len(data), 0, 0, 0, 0)
+                    for n in range(5):
+                        retval, out = loaded.program.test_run_output(data, ctx=ctx)
+                        assert retval == 3  # XDP_TX
+                        expected = bytearray(kind.frame)
+                        _frames.set_ports(expected, kind.l4_offset, protocol, 40000 + n % 3, 7 + n)
+                        assert out[_trafficgen.META.size:] == bytes(expected), (version, protocol, n)
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
+# ---------------------------------------------------------------- auto, check mode, refusals
+
+
+def test_auto_picks_xdp_only_where_frames_can_go(run_distro, pair, drop_obj, tg_obj):
+    res = send(run_distro, pair, object=tg_obj, count=20)
+    assert res["engine"] == "socket" and "neither an XDP program nor GRO" in res["engine_reason"], res
+    assert res["sent"] == {"udp": 20}
+    res = send(run_distro, pair, engine="xdp", object=tg_obj, count=20)
+    assert res["failed"] and "engine xdp cannot deliver frames: veth eth0 cannot take XDP frames" in res["msg"], res
+
+    attach_drop(pair.rx, drop_obj)
+    res = send(run_distro, pair, object=tg_obj, count=20, check=True)
+    assert res["engine"] == "xdp" and res["total"] == 0 and res["changed"] is False, res
+    assert rx_counts(pair.rx) == {}
+    res = send(run_distro, pair, object=tg_obj, count=20)
+    assert res["engine"] == "xdp" and "takes XDP frames" in res["engine_reason"] and res["sent"] == {"udp": 20}
+    assert rx_counts(pair.rx) == {17: 20}
+
+
+@pytest.mark.parametrize("args,words", [
+    (dict(interface="eth7"), "interface 'eth7' does not exist"),
+    (dict(dst_ip="10.99.0"), "invalid IP address '10.99.0'"),
+    (dict(src_mac="02:00:00:00:00"), "invalid MAC address"),
+    (dict(src_ip="fd00::1", dst_ip="fd00::2", size=60), "size must be between 62 and 9000 bytes for udp over IPv6"),
+    (dict(size=1600), "size must be between 60 and 1514 bytes for udp over IPv4 on eth0 (MTU 1500)"),
+    (dict(count=0), "count must be a positive number of frames per protocol, not 0"),
+    (dict(cpus=[4096]), "CPU 4096 is not one this task may run on"),
+])
+def test_bad_input(run_distro, pair, tg_obj, args, words):
+    res = send(run_distro, pair, engine="xdp", object=tg_obj, **args)
+    assert res.get("failed") and words in res["msg"], res
+
+
+def test_before_linux_6_3_a_veth_peers_program_is_read_across_namespaces(pair, drop_obj, monkeypatch):
+    """Without the netdev family (xdp_features None), the peer is found through IFLA_LINK(_NETNSID)."""
+    monkeypatch.setattr(_trafficgen._netdev, "xdp_features", lambda ifindex: None)
+    with _netns.netns(pair.tx):
+        device = _trafficgen.read_device("eth0")
+    assert (device.kind, device.features, device.peer_xdp) == ("veth", None, False)
+    assert device.xdp_ability() == (False, "veth eth0: its peer has no XDP program (on this kernel, without the "
+                                           "netdev netlink family, GRO on the peer cannot be told)")
+    attach_drop(pair.rx, drop_obj)
+    with _netns.netns(pair.tx):
+        assert _trafficgen.read_device("eth0").xdp_ability() == (
+            True, "veth eth0 takes XDP frames: its peer has an XDP program")

@@ -1,0 +1,203 @@
+#!/usr/bin/env python
+"""Forwarding between two lab hosts, side by side: tc redirect, XDP redirect, a bridge, IP forwarding.
+
+    .venv/bin/python tests/benchmarks/forwarding.py [--rounds 3] [--seconds 3] | --smoke
+
+The setups of the kernel commit that introduced bpf_redirect() (it measured
+u32 + act_bpf clone_redirect 2.0 Mpps, u32 + act_bpf redirect 2.4, cls_bpf
+direct-action redirect 2.5 and a Linux bridge 2.1 on 10G ixgbe), each
+deployed with the collection's own modules on the lab's router namespace,
+against a bridge and plain IP forwarding between the same two hosts:
+
+    sender eth1 -> router eth0 ==(setup)==> router eth1 -> receiver eth1
+    sender eth2 -> bridge eth0 ==(br0)====> bridge eth1 -> receiver eth2
+
+The same generator drives every case: xdp_trafficgen's XDP live-frames
+engine, one CPU, 60-byte UDP, for a fixed time. The receiver counts with
+xdp_drop_count (dropping), so what is measured is what the forwarder
+delivers; "offered" is what the generator sent. The router's and the
+bridge's ingress ports run xdp_drop_count in count-and-pass mode, the same
+in every case, because a veth takes XDP frames only when its peer has an
+XDP program (the XDP redirect case has its own program there). Cases alternate round after round
+(the machines are shared and noisy); medians and ratios to the bridge are
+printed. A case the kernel cannot run (act_bpf without CONFIG_NET_ACT_BPF)
+is reported as such.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.path.join(ROOT, ".venv", "bin")
+ENV = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+           ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"),
+           ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
+OBJECTS = "/var/lib/ebpf_xdp/bench"
+SOURCES = ("xdp_drop_count", "xdp_redirect", "tc_redirect", "xdp_trafficgen")
+PIN_ROOT = "/sys/fs/bpf/ebpf_xdp"
+
+RECEIVER_MAC = {"eth1": "02:00:00:00:02:02", "eth2": "02:00:00:00:02:03"}
+ROUTER_ETH0_MAC = "02:00:00:00:03:01"
+# The kernel commit's Mpps on 10G ixgbe, for the table.
+COMMIT = {"tc redirect, act_bpf": 2.4, "tc redirect, cls_bpf": 2.5, "tc clone_redirect, act_bpf": 2.0,
+          "Linux bridge": 2.1}
+
+
+class Unsupported(Exception):
+    """A case this kernel cannot run; the message says why."""
+
+
+def module(host, name, args, allow_failure=False):
+    argv = [os.path.join(BIN, "ansible"), host, "-m", "ebpf.xdp." + name, "-a", json.dumps(args)]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=ROOT, check=False)
+    try:
+        result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"][host]
+    except (ValueError, KeyError, IndexError):
+        raise SystemExit("ansible printed no result for %s %s:\n%s%s" % (host, name, proc.stdout[-3000:],
+                                                                         proc.stderr[-2000:]))
+    if result.get("failed") and not allow_failure:
+        raise SystemExit("%s on %s failed: %s" % (name, host, result.get("msg")))
+    return result
+
+
+def playbook(*names):
+    argv = [os.path.join(BIN, "ansible-playbook")] + [os.path.join(ROOT, "playbooks", n) for n in names]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=dict(ENV, ANSIBLE_STDOUT_CALLBACK="default"),
+                          cwd=ROOT, check=False)
+    if proc.returncode:
+        raise SystemExit("%s failed:\n%s" % (" ".join(names), proc.stdout[-3000:]))
+
+
+def prepare():
+    """The lab, the objects on the hosts that need them, counters on the receiver's ports."""
+    playbook("lab_up.yml")
+    # Lab hosts are namespaces of this machine and share its files: one compile serves them all.
+    os.makedirs(OBJECTS, exist_ok=True)
+    for name in SOURCES:
+        module("router", "bpf_object", dict(src=os.path.join(ROOT, "files", "bpf", name + ".bpf.c"),
+                                            dest="%s/%s.o" % (OBJECTS, name)))
+    clear_router()
+    for port in ("eth1", "eth2"):
+        module("receiver", "xdp_program", dict(interface=port, object=OBJECTS + "/xdp_drop_count.o", mode="native"))
+    module("bridge", "xdp_program", count_and_pass("eth0"))
+
+
+def count_and_pass(interface):
+    return dict(interface=interface, object=OBJECTS + "/xdp_drop_count.o", mode="native",
+                constants={"xdp_action": 2})
+
+
+def clear_router():
+    """Nothing of ours on the router's ports (deploy_xdp.yml puts tc redirect there)."""
+    for port in ("eth0", "eth1"):
+        module("router", "tc_program", dict(interface=port, state="absent"))
+        module("router", "xdp_program", dict(interface=port, state="absent"))
+
+
+def tc_setup(program, method):
+    def setup():
+        module("router", "xdp_program", count_and_pass("eth0"))
+        res = module("router", "tc_program", dict(interface="eth0", object=OBJECTS + "/tc_redirect.o",
+                                                  program=program, method=method,
+                                                  constants={"redirect_ifindex": {"ifindex": "eth1"}}),
+                     allow_failure=True)
+        if res.get("failed"):
+            raise Unsupported(res["msg"])
+    return setup
+
+
+def xdp_redirect_setup():
+    module("router", "xdp_program", dict(interface="eth0", object=OBJECTS + "/xdp_redirect.o", mode="native",
+                                         constants={"redirect_ifindex": {"ifindex": "eth1"}}))
+
+
+def ip_forward_setup():
+    module("router", "xdp_program", count_and_pass("eth0"))
+
+
+# name -> (setup, sender port, destination MAC, receiver port)
+CASES = {
+    "tc redirect, tcx": (tc_setup("redirect_xmit", "tcx"), "eth1", RECEIVER_MAC["eth1"], "eth1"),
+    "tc redirect, cls_bpf": (tc_setup("redirect_xmit", "cls_bpf"), "eth1", RECEIVER_MAC["eth1"], "eth1"),
+    "tc redirect, act_bpf": (tc_setup("redirect_xmit", "act_bpf"), "eth1", RECEIVER_MAC["eth1"], "eth1"),
+    "tc clone_redirect, tcx": (tc_setup("clone_redirect_xmit", "tcx"), "eth1", RECEIVER_MAC["eth1"], "eth1"),
+    "tc clone_redirect, act_bpf": (tc_setup("clone_redirect_xmit", "act_bpf"), "eth1", RECEIVER_MAC["eth1"],
+                                   "eth1"),
+    "XDP redirect, native": (xdp_redirect_setup, "eth1", RECEIVER_MAC["eth1"], "eth1"),
+    "IP forwarding (router)": (ip_forward_setup, "eth1", ROUTER_ETH0_MAC, "eth1"),
+    "Linux bridge": (lambda: None, "eth2", RECEIVER_MAC["eth2"], "eth2"),
+}
+
+
+def udp_counted(interface):
+    facts = module("receiver", "xdp_facts", dict(interfaces=[interface]))["ansible_facts"]["xdp"]
+    return facts["interfaces"][interface]["xdp"]["protocols"].get("udp", 0)
+
+
+def run_case(name, seconds):
+    """Delivered and offered frames per second for one case, or the reason it cannot run."""
+    setup, port, dst_mac, receiver_port = CASES[name]
+    clear_router()
+    try:
+        setup()
+    except Unsupported as exc:
+        return str(exc)
+    before = udp_counted(receiver_port)
+    sent = module("sender", "xdp_trafficgen", dict(
+        interface=port, engine="xdp", object=OBJECTS + "/xdp_trafficgen.o", cpus=[0], duration=seconds,
+        protocols=["udp"], src_ip="10.11.%d.1" % (1 if port == "eth1" else 3),
+        dst_ip="10.11.2.2" if port == "eth1" else "10.11.3.2", dst_mac=dst_mac))
+    delivered = udp_counted(receiver_port) - before
+    return {"offered": sent["total"] / sent["seconds"], "delivered": delivered / sent["seconds"],
+            "loss": 1 - delivered / sent["total"] if sent["total"] else 0.0}
+
+
+def report(results):
+    bridge = statistics.median(r["delivered"] for r in results["Linux bridge"])
+    print("%-28s %14s %14s %7s %12s %14s" % ("setup", "offered Mpps", "delivered Mpps", "loss", "x bridge",
+                                            "commit (Mpps)"))
+    for name, runs in results.items():
+        commit = COMMIT.get(name, "")
+        if isinstance(runs, str):
+            print("%-28s %s" % (name, "not on this kernel: " + runs.split(":")[-1].strip()[:70]))
+            continue
+        offered = statistics.median(r["offered"] for r in runs) / 1e6
+        delivered = statistics.median(r["delivered"] for r in runs) / 1e6
+        loss = statistics.median(r["loss"] for r in runs)
+        print("%-28s %14.3f %14.3f %6.1f%% %12.2f %14s" % (name, offered, delivered, 100 * loss,
+                                                          delivered * 1e6 / bridge if bridge else 0, commit))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--smoke", action="store_true", help="one short round: does the benchmark still work?")
+    opts = parser.parse_args()
+    rounds, seconds = (1, 0.3) if opts.smoke else (opts.rounds, opts.seconds)
+    prepare()
+    results = {name: [] for name in CASES}
+    try:
+        for _round in range(rounds):
+            for name in CASES:
+                if isinstance(results[name], str):
+                    continue
+                outcome = run_case(name, seconds)
+                if isinstance(outcome, str):
+                    results[name] = outcome
+                else:
+                    results[name].append(outcome)
+    finally:
+        clear_router()
+    print("generator: xdp_trafficgen engine xdp, 1 CPU, 60-byte UDP, %.1f s per run, %d round(s)"
+          % (seconds, rounds))
+    report(results)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

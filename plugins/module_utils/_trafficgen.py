@@ -16,7 +16,10 @@ Two engines send the same frames:
   (the kernel turns XDP_TX into a redirect there, which works on a veth and
   is a little faster than bpf_redirect to the same index). Millions of
   frames per second per core, counted by the program itself per kind and
-  per CPU.
+  per CPU. The kernel copies the template into each page of its pool only
+  once and a receiver may change a frame in place (a router rewrites the
+  MACs and the TTL), so the program writes the template's headers back into
+  every frame from its tg_template map, filled here before each kind's runs.
 - `socket`: an AF_PACKET socket, frame by frame from Python; works on any
   device, sends exact small bursts, and paces with `rate`.
 
@@ -55,6 +58,7 @@ except ImportError:
 
 PROGRAM = "xdp_trafficgen"
 COUNTER_MAP = "tx_count"
+TEMPLATE_MAP = "tg_template"
 ENGINES = ("auto", "xdp", "socket")
 DEFAULT_COUNT = 100
 # The kernel refuses larger live-frames batches (TEST_XDP_MAX_BATCH).
@@ -72,8 +76,10 @@ FIRST_CHUNK = 1 << 15
 # Less time than this left is not worth another run's setup.
 MIN_CHUNK_SECONDS = 0.01
 
-# struct tg_meta in xdp_trafficgen.bpf.c: kind, L4 type, L4 offset.
-META = struct.Struct("=BBH")
+# struct tg_template in xdp_trafficgen.bpf.c: kind, L4 type, header length, L4 offset, header bytes
+# (TG_HEADER_MAX of them: MAX_L4_OFFSET 128 plus a TCP header, in 8-byte words).
+HEADER_MAX = 152
+TEMPLATE = struct.Struct("=IBBH%ds" % HEADER_MAX)
 L4_TYPES = {"udp": 1, "tcp": 2, "icmp": 0}
 # struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex.
 XDP_MD = struct.Struct("=6I")
@@ -249,9 +255,18 @@ class Kind:
     def has_ports(self) -> bool:
         return self.name in ("udp", "tcp")
 
-    def xdp_data(self) -> bytes:
-        """The template as the xdp program wants it: struct tg_meta, then the frame."""
-        return META.pack(self.index, L4_TYPES[self.name], self.l4_offset) + self.frame
+    @property
+    def header_size(self) -> int:
+        """Bytes up to the end of the L4 header: what the xdp program restores in every frame."""
+        return self.l4_offset + _frames.L4_HEADER[self.name]
+
+    def template(self) -> bytes:
+        """struct tg_template for the xdp program: the kind, where its ports are, and its headers."""
+        if self.header_size > HEADER_MAX:
+            raise TrafficgenError("%s frames have %d bytes of headers; the xdp engine restores %d at most"
+                                  % (self.name, self.header_size, HEADER_MAX))
+        return TEMPLATE.pack(self.index, L4_TYPES[self.name], self.header_size, self.l4_offset,
+                             self.frame[:self.header_size])
 
 
 def build_kinds(settings: Settings, src_mac: str) -> list[Kind]:
@@ -480,9 +495,10 @@ def _xdp_send(program: _bpf.Program, data: bytes, ctx: bytes, batch: int, frames
 def run_xdp(settings: Settings, kinds: list[Kind], cpus: list[int], ifindex: int) -> tuple[dict, float, list[dict]]:
     """Kind after kind, every thread sending its share; `sent` is what the program counted, less drops.
 
-    The interface's tx_dropped is read between kinds: a veth counts there
-    the frames its peer's full ring refused, which left the program but
-    never the interface.
+    The program's template is the kind's before its runs start. The
+    interface's tx_dropped is read between kinds: a veth counts there the
+    frames its peer's full ring refused, which left the program but never
+    the interface.
     """
     src_first, src_span, dst_first, dst_span = settings.ports()
     constants = dict(src_port_min=src_first, src_port_span=src_span, dst_port_min=dst_first,
@@ -491,10 +507,11 @@ def run_xdp(settings: Settings, kinds: list[Kind], cpus: list[int], ifindex: int
     thread_seconds = [0.0] * len(cpus)
     dropped = {}
     with _loader.load(settings.object, PROGRAM, "xdp", constants) as loaded, \
-            loaded.open_map(COUNTER_MAP) as counters:
+            loaded.open_map(COUNTER_MAP) as counters, loaded.open_map(TEMPLATE_MAP) as template:
         for kind in kinds:
-            data = kind.xdp_data()
-            ctx = XDP_MD.pack(META.size, len(data), 0, ifindex, 0, 0)
+            template.update(struct.pack("=I", 0), kind.template())
+            data = kind.frame
+            ctx = XDP_MD.pack(0, len(data), 0, ifindex, 0, 0)  # no metadata
             # In duration mode the kinds share the time equally, one after the other.
             until = None
             if settings.duration:

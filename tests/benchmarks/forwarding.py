@@ -158,8 +158,8 @@ def run_case(name, seconds):
 
 def report(results):
     bridge = statistics.median(r["delivered"] for r in results["Linux bridge"])
-    print("%-28s %14s %14s %7s %12s %14s" % ("setup", "offered Mpps", "delivered Mpps", "loss", "x bridge",
-                                            "commit (Mpps)"))
+    header = ("setup", "offered Mpps", "delivered Mpps", "loss", "x bridge", "commit (Mpps)")
+    print("%-28s %14s %14s %7s %12s %14s" % header)
     for name, runs in results.items():
         commit = COMMIT.get(name, "")
         if isinstance(runs, str):
@@ -168,8 +168,8 @@ def report(results):
         offered = statistics.median(r["offered"] for r in runs) / 1e6
         delivered = statistics.median(r["delivered"] for r in runs) / 1e6
         loss = statistics.median(r["loss"] for r in runs)
-        print("%-28s %14.3f %14.3f %6.1f%% %12.2f %14s" % (name, offered, delivered, 100 * loss,
-                                                          delivered * 1e6 / bridge if bridge else 0, commit))
+        ratio = delivered * 1e6 / bridge if bridge else 0
+        print("%-28s %14.3f %14.3f %6.1f%% %12.2f %14s" % (name, offered, delivered, 100 * loss, ratio, commit))
 
 
 def main():

@@ -3,12 +3,15 @@
 The receiver is counted by xdp_drop_count (attached here in-process, the
 way xdp_program would, to keep the module runs for the generator), or, to
 check the frames themselves, captured with a packet socket on a peer that
-has GRO instead of an XDP program.
+has GRO instead of an XDP program. Through a router namespace, the frames
+must stay the template although the router's stack rewrites the pages they
+came in, which the generator's page pool recycles.
 """
 
 import contextlib
 import ctypes
 import fcntl
+import json
 import os
 import socket
 import struct
@@ -16,7 +19,8 @@ import struct
 import pytest
 
 from conftest import BPF_DIR, Pair, compile_bpf, sh
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _facts, _frames, _loader, _netns, _trafficgen
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _facts, _frames, _loader, _netlink, _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils import _trafficgen
 
 SIOCETHTOOL = 0x8946
 ETHTOOL_SGRO = 0x2C
@@ -47,10 +51,14 @@ class QueuePair(Pair):
             sh("ip", "-n", ns, "link", "set", "eth0", "up")
 
 
-def attach_drop(ns, drop_obj):
-    """xdp_drop_count on ns/eth0 through netlink; the veth holds it until the namespace goes."""
+def attach_drop(ns, drop_obj, action=None):
+    """xdp_drop_count on ns/eth0 through netlink; the veth holds it until the namespace goes.
+
+    action 2 (XDP_PASS) only counts, and the frames go on into the stack.
+    """
+    constants = {"xdp_action": action} if action is not None else None
     with _netns.netns(ns):
-        with _loader.load(drop_obj, "xdp_drop_count", "xdp") as loaded:
+        with _loader.load(drop_obj, "xdp_drop_count", "xdp", constants) as loaded:
             _bpf.xdp_attach_netlink(_netns.ifindex("eth0"), loaded.program, _bpf.XDP_FLAGS_DRV_MODE)
 
 
@@ -220,21 +228,76 @@ def test_program_rewrites_ports_as_python_does(tg_obj):
     try:
         for version, src, dst in ((4, "10.0.0.1", "10.0.0.2"), (6, "fd00::1", "fd00::2")):
             for protocol in ("udp", "tcp"):
-                with _loader.load(tg_obj, "xdp_trafficgen", "xdp", constants) as loaded:
+                with _loader.load(tg_obj, "xdp_trafficgen", "xdp", constants) as loaded, \
+                        loaded.open_map(_trafficgen.TEMPLATE_MAP) as template:
                     settings = _trafficgen.Settings(interface="lo", src_ip=src, dst_ip=dst, protocols=[protocol],
                                                     vlan=9, size=90)
                     settings.validate()
                     kind = _trafficgen.build_kinds(settings, "02:00:00:00:00:01")[0]
-                    data = kind.xdp_data()
-                    ctx = _trafficgen.XDP_MD.pack(_trafficgen.META.size, len(data), 0, 0, 0, 0)
+                    template.update(struct.pack("=I", 0), kind.template())
+                    # What a receiver may leave in a recycled page: every header byte changed.
+                    data = bytes(b ^ 0xFF for b in kind.frame[:kind.header_size]) + kind.frame[kind.header_size:]
+                    ctx = _trafficgen.XDP_MD.pack(0, len(data), 0, 0, 0, 0)
                     for n in range(5):
                         retval, out = loaded.program.test_run_output(data, ctx=ctx)
                         assert retval == 3  # XDP_TX
                         expected = bytearray(kind.frame)
                         _frames.set_ports(expected, kind.l4_offset, protocol, 40000 + n % 3, 7 + n)
-                        assert out[_trafficgen.META.size:] == bytes(expected), (version, protocol, n)
+                        assert out == bytes(expected), (version, protocol, n)
     finally:
         os.sched_setaffinity(0, allowed)
+
+
+# ---------------------------------------------------------------- through a router
+
+
+ROUTED = {
+    4: dict(tx="10.98.1.1", rt0="10.98.1.254", rt1="10.98.2.254", rx="10.98.2.2", prefix=24),
+    6: dict(tx="fd98:1::1", rt0="fd98:1::fe", rt1="fd98:2::fe", rx="fd98:2::2", prefix=64),
+}
+
+
+def route(chain, version):
+    """The router's stack forwards tx -> rx: addresses, forwarding, permanent neighbours both ways."""
+    addr = ROUTED[version]
+    if version == 6:
+        for ns in (chain.tx, chain.rt, chain.rx):
+            sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=0")
+        sh("ip", "netns", "exec", chain.rt, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
+    else:
+        sh("ip", "netns", "exec", chain.rt, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+    nodad = ["nodad"] if version == 6 else []
+    for ns, dev, ip in ((chain.tx, "eth0", addr["tx"]), (chain.rt, "eth0", addr["rt0"]),
+                        (chain.rt, "eth1", addr["rt1"]), (chain.rx, "eth0", addr["rx"])):
+        sh("ip", "-n", ns, "addr", "add", "%s/%d" % (ip, addr["prefix"]), "dev", dev, *nodad)
+    for ip, mac, dev in ((addr["rx"], chain.pair.rx_mac, "eth1"), (addr["tx"], chain.pair.tx_mac, "eth0")):
+        sh("ip", "-n", chain.rt, "neigh", "add", ip, "lladdr", mac, "dev", dev, "nud", "permanent")
+    return addr
+
+
+def otherhost_drops(ns, dev="eth0"):
+    """Frames for another host's MAC that ns/dev received and dropped (ip -s -s link: RX errors otherhost)."""
+    link = json.loads(sh("ip", "-j", "-s", "-s", "-n", ns, "link", "show", dev).stdout)[0]
+    return link["stats64"]["rx"].get("otherhost", 0)
+
+
+@pytest.mark.parametrize("version", [4, 6])
+def test_frames_stay_the_template_through_a_router(run_distro, chain, drop_obj, tg_obj, version):
+    """The router forwards in its stack: ip_forward lowers the TTL and the neighbour output writes the next
+    hop's MACs into the very page the frame came in, which goes back to the generator's page pool. Were the
+    frames not rebuilt, the router would drop the recycled ones as addressed to another host."""
+    addr = route(chain, version)
+    attach_drop(chain.rt, drop_obj, action=2)
+    attach_drop(chain.rx, drop_obj)
+    with _netns.netns(chain.rt):
+        router_mac = _netlink.interface("eth0")["mac"]
+    res = run_distro("xdp_trafficgen", dict(interface="eth0", netns=chain.tx, engine="xdp", object=tg_obj,
+                                            src_ip=addr["tx"], dst_ip=addr["rx"], dst_mac=router_mac,
+                                            count=100000, src_port=1000, src_port_max=1999))
+    assert res["sent"] == {"udp": 100000} and res["tx_dropped"] == 0, res
+    assert rx_counts(chain.rt)[17] == 100000
+    assert otherhost_drops(chain.rt) == 0
+    assert rx_counts(chain.rx)[17] == 100000
 
 
 # ---------------------------------------------------------------- auto, check mode, refusals

@@ -188,8 +188,11 @@ def test_kind_template_for_the_program():
     kinds = _trafficgen.build_kinds(s, MACS[0])
     assert [(k.name, k.index, k.l4_offset, k.has_ports) for k in kinds] == [
         ("icmp", 0, 58, False), ("tcp", 1, 58, True)]
-    data = kinds[1].xdp_data()
-    assert _trafficgen.META.unpack(data[:4]) == (1, 2, 58) and data[4:] == kinds[1].frame
+    assert [k.header_size for k in kinds] == [66, 78]
+    template = kinds[1].template()
+    assert len(template) == 160, "sizeof(struct tg_template)"
+    assert _trafficgen.TEMPLATE.unpack(template) == (1, 2, 78, 58, kinds[1].frame[:78] + bytes(152 - 78))
+    assert _trafficgen.TEMPLATE.unpack(kinds[0].template())[:4] == (0, 0, 66, 58)
 
 
 # ---------------------------------------------------------------- engine choice

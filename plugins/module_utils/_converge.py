@@ -134,11 +134,32 @@ class HookAdapter:
         """The program sits where and how the task wants it: a same program needs no swap."""
         return self.in_place(observed)
 
+    def switch_reason(self, observed: Observed) -> str:
+        """Why a new program cannot take the old one's place directly (for the warning)."""
+        return "from a foreign link" if self.in_place(observed) else self.placement_key
+
+    def cleanup(self) -> None:
+        """After a program was removed for good (state: absent): what the hook no longer needs."""
+
     def update_link(self, observed: Observed, prog: _bpf.Program) -> Placement:
         """Swap the program of the link that holds it, atomically; the link (and its id) stays."""
         with _bpf.Link.from_id(observed.link_id) as link:
             link.update(prog)
-        return Placement(HELD_BY_LINK, observed.mode, observed.link_id)
+        return Placement(HELD_BY_LINK, observed.mode, observed.link_id, dict(observed.extra))
+
+    def pin_link(self, link: _bpf.Link) -> int:
+        """Keep a new link (it outlives the module through its pin) and return its id."""
+        with link:
+            self.pins.replace_pin(link, self.pins.link_path)
+            return link.info()["id"]
+
+    def detach_link(self, observed: Observed) -> None:
+        """Detach the link that holds the observed program: ours by its pin, a foreign one by its id."""
+        if observed.owned and self.pins.has_link():
+            self.pins.detach_link()
+        else:
+            with _bpf.Link.from_id(observed.link_id) as link:
+                link.detach()
 
     @staticmethod
     def hold(prog_id: int) -> _bpf.Program:
@@ -163,7 +184,9 @@ class Converger:
         before = self.state(observed)
         if self.desired.state == "absent":
             changed = self._absent(observed)
-            after = {"attached": False} if changed else before
+            # Clearing stale pins of ours leaves someone else's program where it is.
+            left_foreign = observed.attached and not observed.owned and not self.desired.force
+            after = {"attached": False} if changed and not left_foreign else before
         else:
             changed, after = self._present(observed, before)
         return self._result(changed, before, after)
@@ -196,6 +219,7 @@ class Converger:
             return action != NOTHING
         if action in (DETACH, DETACH_FOREIGN):
             self.hook.detach(observed)
+            self.hook.cleanup()
         if self.pins.exists():
             self.pins.remove(keep_maps=self.desired.keep_maps)
         return True
@@ -289,15 +313,20 @@ class Converger:
     def _reattach(self, observed: Observed, prog: _bpf.Program) -> Placement:
         """A mode change, or a foreign link we cannot update: detach, attach, and put the old one back on failure."""
         self.warnings.append("%s was briefly without its %s program while switching %s" % (
-            self.hook.ifname, self.hook.label,
-            "from a foreign link" if self.hook.in_place(observed) else self.hook.placement_key))
+            self.hook.ifname, self.hook.label, self.hook.switch_reason(observed)))
         with self.hook.hold(observed.prog_id) as old:
             self.hook.detach(observed)
             try:
-                return self.hook.attach(prog)
-            except Exception:
-                self.hook.restore(observed, old)
+                placement = self.hook.attach(prog)
+            except Exception as exc:
+                try:
+                    self.hook.restore(observed, old)
+                except Exception as again:
+                    raise HookError("%s; putting the old program (id %d) back failed too, so %s has none now: %s"
+                                    % (exc, observed.prog_id, self.hook.ifname, again)) from exc
                 raise
+        self.hook.cleanup()  # what only the old placement needed (tc: a clsact of ours left empty)
+        return placement
 
 
 def converge_interface(params: dict, check_mode: bool, make_hook: Callable) -> tuple[dict, list[str]]:

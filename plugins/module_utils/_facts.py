@@ -10,6 +10,7 @@ Private to the ebpf.xdp collection: the interface may change without notice.
 
 from __future__ import annotations
 
+import errno
 import time
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _hooks, _netlink, _netns, _pins, _tc_hooks
@@ -76,10 +77,23 @@ def tc_entries(pin_root: str, key: str, ifname: str, ifindex: int) -> dict:
     out = {}
     for direction in _tc_hooks.TC_DIRECTIONS:
         record = _pins.PinDir.for_hook(pin_root, key, ifname, "tc_" + direction).record.read()
-        out[direction] = [hook_entry(_tc_hooks.observe_tc(entry, direction,
-                                                          record if _tc_hooks.tc_owned(entry, record) else None))
-                          for entry in _tc_hooks.tc_programs(ifindex, direction)]
+        out[direction] = []
+        for entry in _tc_hooks.tc_programs(ifindex, direction):
+            owned = record if _tc_hooks.tc_owned(entry, record) else None
+            found = _still_there(_tc_hooks.observe_tc, entry, direction, owned)
+            if found:
+                out[direction].append(found)
     return out
+
+
+def _still_there(observe, *args) -> dict | None:
+    """The hook_entry() of observe(*args), or None when the program or a map went away while we looked."""
+    try:
+        return hook_entry(observe(*args))
+    except _bpf.BpfError as exc:
+        if exc.errno == errno.ENOENT:
+            return None
+        raise
 
 
 def snapshot(pin_root: str, netns: str | None, wanted: list[str]) -> dict:
@@ -98,7 +112,7 @@ def snapshot(pin_root: str, netns: str | None, wanted: list[str]) -> dict:
                  "stats": iface["stats"], "xdp": None, "tc": tc}
         if prog_id:
             pins = _pins.PinDir.for_hook(pin_root, key, name, "xdp")
-            entry["xdp"] = hook_entry(_hooks.observe_xdp(iface["ifindex"], iface["xdp"], pins))
+            entry["xdp"] = _still_there(_hooks.observe_xdp, iface["ifindex"], iface["xdp"], pins)
         out[name] = entry
     missing = sorted(set(wanted or ()) - set(out))
     if missing:

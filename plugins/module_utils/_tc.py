@@ -46,7 +46,7 @@ class TcHook(HookAdapter):
 
     def __init__(self, ifname: str, ifindex: int, pins: _pins.PinDir, clsact: _pins.Record, direction: str,
                  method: str, priority: int | None = None, handle: int | None = None, verdict: str = "drop",
-                 present: bool = True):
+                 present: bool = True, program: str | None = None):
         self.ifname = ifname
         self.ifindex = ifindex
         self.pins = pins
@@ -59,6 +59,7 @@ class TcHook(HookAdapter):
         self.handle = handle
         self.verdict = verdict
         self.present = present
+        self.program = program
 
     @classmethod
     def from_params(cls, params: dict, ifindex: int, netns_key: str) -> TcHook:
@@ -66,7 +67,8 @@ class TcHook(HookAdapter):
         pins = _pins.PinDir.for_hook(params["pin_root"], netns_key, ifname, "tc_" + params["direction"])
         clsact = _pins.Record(os.path.join(os.path.dirname(pins.directory), CLSACT_RECORD))
         return cls(ifname, ifindex, pins, clsact, params["direction"], params["method"], params["priority"],
-                   params["handle"], params["verdict"], present=params["state"] == "present")
+                   params["handle"], params["verdict"], present=params["state"] == "present",
+                   program=params["program"])
 
     @property
     def load_as(self) -> str | None:
@@ -76,6 +78,7 @@ class TcHook(HookAdapter):
 
     def observe(self) -> Observed:
         record = self.pins.record.read()
+        self._one_program_per_hook(record)
         self._resolve_method(record)
         programs = _tc_hooks.tc_programs(self.ifindex, self.direction)
         ours = [p for p in programs if _tc_hooks.tc_owned(p, record)] or self._interrupted(programs, record)
@@ -89,13 +92,20 @@ class TcHook(HookAdapter):
                 return _tc_hooks.observe_tc(there[0], self.direction, None)
         return Observed(placement_key="method")
 
+    def _one_program_per_hook(self, record: dict | None) -> None:
+        """Two tasks naming different programs on one hook would replace each other on every run: refuse."""
+        if self.present and record and self.program and record.get("program_name") not in (None, self.program):
+            raise HookError("%s %s already holds ebpf.xdp program %r (from %s); tc_program manages one program per "
+                            "interface and direction: remove it first (state: absent), or upgrade that task"
+                            % (self.ifname, self.direction, record["program_name"], record.get("object")))
+
     def _resolve_method(self, record: dict | None) -> None:
         if self.requested == "auto":
             if record and record.get("mode"):
                 self.method = record["mode"]
             else:
                 self.method = "tcx" if _tc_hooks.tcx_supported(self.ifindex) else "cls_bpf"
-        elif self.requested == "tcx" and not _tc_hooks.tcx_supported(self.ifindex):
+        elif self.requested == "tcx" and self.present and not _tc_hooks.tcx_supported(self.ifindex):
             raise HookError("method: tcx needs tcx links, which Linux has from 6.6; this kernel is %s. "
                             "Use method: cls_bpf, or auto" % platform.release())
 
@@ -124,12 +134,21 @@ class TcHook(HookAdapter):
                                    and found & _tc_netlink.TC_U32_NODE_MASK == wanted)
 
     def refuse(self, observed: Observed) -> None:
-        if self.present and self.method != "tcx":
-            kind = _tc_netlink.qdisc_kind(self.ifindex)
-            if kind not in (None, "clsact"):
-                raise HookError("%s has the plain %s qdisc, which clsact (needed for %s) cannot replace; remove it "
-                                "with 'tc qdisc del dev %s %s' if nothing needs it, or use method: tcx"
-                                % (self.ifname, kind, self.method, self.ifname, kind))
+        if not self.present or self.method == "tcx":
+            return
+        kind = _tc_netlink.qdisc_kind(self.ifindex)
+        if kind not in (None, "clsact"):
+            raise HookError("%s has the plain %s qdisc, which clsact (needed for %s) cannot replace; remove it "
+                            "with 'tc qdisc del dev %s %s' if nothing needs it, or use method: tcx"
+                            % (self.ifname, kind, self.method, self.ifname, kind))
+        if observed.owned and not self.in_place(observed):
+            # Ours is moving: whoever holds the new place must not be found only after ours is gone.
+            priority, handle = self._spot(None)
+            for tc_filter in _tc_netlink.filters(self.ifindex, self.direction):
+                if tc_filter["prio"] == priority and self._same_handle(tc_filter["handle"], handle):
+                    raise HookError("%s %s: priority %d handle %d holds a %s filter that ebpf.xdp did not attach; "
+                                    "choose another place (nothing was changed)"
+                                    % (self.ifname, self.direction, priority, handle, tc_filter["kind"]))
 
     def identity(self) -> dict:
         return {"requested_method": self.requested, "direction": self.direction,
@@ -151,52 +170,61 @@ class TcHook(HookAdapter):
     def planned_mode(self, observed: Observed) -> str:
         return self.method
 
+    def switch_reason(self, observed: Observed) -> str:
+        return "method" if observed.mode != self.method else "place (priority/handle)"
+
     # ------------------------------------------------------------ acting
 
     def attach(self, prog: _bpf.Program) -> Placement:
         if self.method == "tcx":
-            link = _bpf.Link.create_tcx(prog, self.ifindex, _tc_hooks.TC_DIRECTIONS[self.direction])
-            with link:
-                self.pins.replace_pin(link, self.pins.link_path)
-                link_id = link.info()["id"]
-            return Placement(HELD_BY_LINK, "tcx", link_id, {"direction": self.direction})
-        if _tc_netlink.ensure_clsact(self.ifindex):
-            self.clsact.write({"created_by": "ebpf.xdp", "ifname": self.ifname})
+            return Placement(HELD_BY_LINK, "tcx", self.pin_link(self._tcx_link(prog)), {"direction": self.direction})
+        created = self._ensure_clsact()
         try:
-            return self._put_filter(prog, self._spot(self.pins.record.read()), replace=False)
+            return self._put_filter(prog, self.method, self._spot(self.pins.record.read()), replace=False)
         except Exception:
-            self._drop_clsact_if_unused()
+            if created:
+                self.cleanup()
             raise
 
-    def _put_filter(self, prog: _bpf.Program, spot: tuple[int, int], replace: bool) -> Placement:
+    def _tcx_link(self, prog: _bpf.Program) -> _bpf.Link:
+        return _bpf.Link.create_tcx(prog, self.ifindex, _tc_hooks.TC_DIRECTIONS[self.direction])
+
+    def _ensure_clsact(self) -> bool:
+        """The clsact qdisc for filters; created ones are recorded (with the ifindex: names get reused)."""
+        if not _tc_netlink.ensure_clsact(self.ifindex):
+            return False
+        self.clsact.write({"created_by": "ebpf.xdp", "ifname": self.ifname, "ifindex": self.ifindex})
+        return True
+
+    def _put_filter(self, prog: _bpf.Program, method: str, spot: tuple[int, int], replace: bool) -> Placement:
         priority, handle = spot
-        if self.method == "cls_bpf":
+        if method == "cls_bpf":
             _tc_netlink.attach_cls_bpf(self.ifindex, self.direction, prog.fd, prog.label, priority, handle,
                                        replace=replace)
         else:
+            # The u32 node only: the kernel numbers a priority's hash table itself, anew when it re-creates it.
+            handle &= _tc_netlink.TC_U32_NODE_MASK
             _tc_netlink.attach_act_bpf(self.ifindex, self.direction, prog.fd, prog.label, priority, handle,
                                        verdict=self.verdict, replace=replace)
         placed = [f for f in _tc_netlink.filters(self.ifindex, self.direction)
                   if f["prio"] == priority and self._same_handle(f["handle"], handle)]
         extra = {"direction": self.direction, "priority": priority, "handle": placed[0]["handle"] if placed else handle}
-        if self.method == "act_bpf":
+        if method == "act_bpf":
             extra["verdict"] = self.verdict
-        return Placement(HELD_BY_NETLINK, self.method, None, extra)
+        return Placement(HELD_BY_NETLINK, method, None, extra)
 
     def replace(self, observed: Observed, prog: _bpf.Program) -> Placement:
         """Swap the program of the filter in its place: the hook is never without it."""
-        return self._put_filter(prog, (observed.extra["priority"], observed.extra["handle"]), replace=True)
+        return self._put_filter(prog, self.method, (observed.extra["priority"], observed.extra["handle"]),
+                                replace=True)
 
     def detach(self, observed: Observed) -> None:
-        if observed.holder == HELD_BY_LINK and observed.owned and self.pins.has_link():
-            self.pins.detach_link()
-        elif observed.holder == HELD_BY_LINK:
-            with _bpf.Link.from_id(observed.link_id) as link:
-                link.detach()
+        """Take the program off; the clsact stays until cleanup(), so a failed switch can put it back."""
+        if observed.holder == HELD_BY_LINK:
+            self.detach_link(observed)
         else:
             _tc_netlink.delete_filter(self.ifindex, self.direction, observed.extra["priority"],
                                       observed.extra["handle"], FILTER_KINDS[observed.mode])
-            self._drop_clsact_if_unused()
 
     def restore(self, observed: Observed, old: _bpf.Program) -> None:
         """Put back a program detached by a failed switch, where and as it was held.
@@ -205,18 +233,18 @@ class TcHook(HookAdapter):
         program is never in our place, and a foreign filter is replaced in place.
         """
         if observed.holder == HELD_BY_LINK:
-            with _bpf.Link.create_tcx(old, self.ifindex, _tc_hooks.TC_DIRECTIONS[self.direction]) as link:
-                self.pins.replace_pin(link, self.pins.link_path)
+            self.pin_link(self._tcx_link(old))
             return
-        method, self.method = self.method, observed.mode
-        try:
-            self._put_filter(old, (observed.extra["priority"], observed.extra["handle"]), replace=False)
-        finally:
-            self.method = method
+        self._ensure_clsact()
+        self._put_filter(old, observed.mode, (observed.extra["priority"], observed.extra["handle"]), replace=False)
 
-    def _drop_clsact_if_unused(self) -> None:
+    def cleanup(self) -> None:
         """Remove the clsact qdisc we created once no filter is left in it, in either direction."""
-        if not self.clsact.exists():
+        record = self.clsact.read()
+        if not record:
+            return
+        if record.get("ifindex") != self.ifindex or _tc_netlink.qdisc_kind(self.ifindex) != "clsact":
+            self.clsact.remove()  # the interface was re-created since: that clsact is not the one we made
             return
         if not any(_tc_netlink.filters(self.ifindex, d) for d in ("ingress", "egress")):
             _tc_netlink.delete_clsact(self.ifindex)

@@ -80,13 +80,8 @@ class XdpHook(HookAdapter):
                     raise HookError("the driver of %s has no native XDP support (%s); use mode: generic or auto"
                                     % (self.ifname, exc))
                 raise
-            return Placement(HELD_BY_LINK, mode, self._pin_link(link))
+            return Placement(HELD_BY_LINK, mode, self.pin_link(link))
         raise HookError("could not attach to %s in any mode" % self.ifname)
-
-    def _pin_link(self, link: _bpf.Link) -> int:
-        with link:
-            self.pins.replace_pin(link, self.pins.link_path)
-            return link.info()["id"]
 
     def replace(self, observed: Observed, prog: _bpf.Program) -> Placement:
         """Swap a netlink-held program; the kernel refuses if it is no longer the one observed."""
@@ -96,11 +91,8 @@ class XdpHook(HookAdapter):
 
     def detach(self, observed: Observed) -> None:
         """Take the observed program off the hook, however it is held and whoever holds it."""
-        if observed.holder == HELD_BY_LINK and observed.owned and self.pins.has_link():
-            self.pins.detach_link()
-        elif observed.holder == HELD_BY_LINK:
-            with _bpf.Link.from_id(observed.link_id) as link:
-                link.detach()
+        if observed.holder == HELD_BY_LINK:
+            self.detach_link(observed)
         else:
             with _bpf.Program.from_id(observed.prog_id) as old:
                 _bpf.xdp_detach_netlink(self.ifindex, MODE_FLAGS[observed.mode], old_prog=old)
@@ -108,6 +100,6 @@ class XdpHook(HookAdapter):
     def restore(self, observed: Observed, old: _bpf.Program) -> None:
         """Put back a program detached by a failed switch, held as it was (a foreign link: by netlink)."""
         if observed.holder == HELD_BY_LINK and observed.owned:
-            self._pin_link(_bpf.Link.create(old, self.ifindex, _bpf.BPF_XDP, MODE_FLAGS[observed.mode]))
+            self.pin_link(_bpf.Link.create(old, self.ifindex, _bpf.BPF_XDP, MODE_FLAGS[observed.mode]))
         else:
             _bpf.xdp_attach_netlink(self.ifindex, old, MODE_FLAGS[observed.mode])

@@ -50,7 +50,11 @@ options:
       - How the program is held on the hook; see the description.
       - V(auto) is V(tcx) where the kernel has it, else V(cls_bpf); an attached program keeps its method.
         RV(method) reports which one is in effect.
-      - Changing the method of an attached program detaches it before attaching again; a warning says so.
+      - Changing the method, O(priority) or O(handle) of an attached program detaches it before attaching
+        again; a warning says so. A filter that this collection did not attach at the new place is an error
+        found before anything changes.
+      - One program per interface and direction is managed; a task naming another program for a hook that
+        already holds one of the collection's is an error (remove the first one with O(state=absent)).
     type: str
     choices: [tcx, cls_bpf, act_bpf, auto]
     default: auto
@@ -66,7 +70,8 @@ options:
   verdict:
     description:
       - The act_bpf action's own verdict, used when the program returns C(TC_ACT_UNSPEC) (-1);
-        only with O(method=act_bpf).
+        only with O(method=act_bpf). tc's aliases V(ok), V(shot) and V(unspec) are V(pass), V(drop) and
+        V(continue), and reported so.
     type: str
     choices: [drop, pass, ok, pipe, continue, stolen, reclassify, shot, unspec]
     default: drop
@@ -229,6 +234,8 @@ def main():
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
                            required_if=[("state", "present", ["object"])])
     p = module.params
+    # tc's aliases, as the kernel reports them back: compare like with like.
+    p["verdict"] = {"ok": "pass", "shot": "drop", "unspec": "continue"}.get(p["verdict"], p["verdict"])
     if p["priority"] is not None and not 1 <= p["priority"] <= 0xFFFF:
         module.fail_json(msg="priority must be between 1 and 65535, not %d" % p["priority"])
     if p["handle"] is not None and not 1 <= p["handle"] <= (0xFFF if p["method"] == "act_bpf" else 0xFFFFFFFF):

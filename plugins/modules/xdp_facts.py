@@ -30,9 +30,9 @@ extends_documentation_fragment:
 options:
   interfaces:
     description:
-      - Interfaces to report. By default every interface that has an XDP program attached.
-      - Naming an interface reports it even without a program (its C(xdp) is then null); naming one that
-        does not exist is an error.
+      - Interfaces to report. By default every interface that has an XDP or tc program attached.
+      - Naming an interface reports it even without a program (its C(xdp) is then null and its C(tc) lists
+        are empty); naming one that does not exist is an error.
     type: list
     elements: str
     default: []

@@ -74,7 +74,7 @@ def test_attach_upgrade_absent_rhythm(run, pair, tc_obj, pin_root, method):
         assert shown["options"].get("direct-action") is True
 
     up = assert_rhythm(run, "tc_program", dict(args, constants={"tc_action": TC_SHOT}))[0]
-    assert up["id"] != first["id"]
+    assert up["id"] != first["id"] and up["direction"] == "ingress" and up["method"] == method
     if method == "tcx":
         assert up["link_id"] == first["link_id"], "bpf_link_update keeps the link"
     else:
@@ -162,6 +162,38 @@ def test_method_switch_reattaches_with_a_warning(run_distro, pair, tc_obj):
     assert any("briefly without" in w for w in res.get("warnings", [])), res
 
 
+def test_a_failed_switch_puts_the_old_filter_back(run_distro, pair, tc_obj):
+    """cls_bpf -> act_bpf on a kernel without act_bpf: the filter comes back where it was, clsact included."""
+    first = run_distro("tc_program", dict(count_args(pair, "cls_bpf"), object=tc_obj))
+    res = run_distro("tc_program", dict(count_args(pair, "act_bpf"), object=tc_obj))
+    if not res.get("failed"):
+        pytest.skip("this kernel has act_bpf")
+    assert "no act_bpf" in res["msg"], res
+    [shown] = filters(pair.rx)
+    assert shown["options"]["prog"]["id"] == first["id"] and has_clsact(pair.rx)
+    again = run_distro("tc_program", dict(count_args(pair, "cls_bpf"), object=tc_obj))
+    assert again["changed"] is False and again["id"] == first["id"], again
+
+
+def test_one_program_per_hook(run_distro, pair, tc_obj):
+    """Two tasks naming different programs for one hook would replace each other on every run."""
+    first = run_distro("tc_program", dict(count_args(pair, "tcx"), object=tc_obj))
+    other = dict(count_args(pair, "tcx"), object=tc_obj, program="redirect_ingress", constants={})
+    for check in (True, False):
+        res = run_distro("tc_program", other, check=check)
+        assert res["failed"] and "already holds ebpf.xdp program 'tc_drop_count'" in res["msg"], res
+    assert run_distro("tc_program", dict(count_args(pair, "tcx"), object=tc_obj))["id"] == first["id"]
+
+
+def test_moving_onto_a_foreign_filter_is_refused_before_anything_changes(run_distro, pair, tc_obj, tmp_path):
+    ours = run_distro("tc_program", dict(count_args(pair, "cls_bpf", priority=3, handle=1), object=tc_obj))
+    foreign = attach_foreign_filter(pair, compile_c(tmp_path, SECOND_TC_PROGRAM, "tc_other"), prio=5)
+    res = run_distro("tc_program", dict(count_args(pair, "cls_bpf", priority=5, handle=1), object=tc_obj))
+    assert res["failed"] and "priority 5 handle 1 holds a bpf filter that ebpf.xdp did not attach" in res["msg"]
+    ids = sorted(f["options"]["prog"]["id"] for f in filters(pair.rx))
+    assert ids == sorted([ours["id"], foreign])
+
+
 def test_auto_is_tcx_here_and_keeps_an_attached_method(run_distro, pair, tc_obj):
     args = dict(count_args(pair, "auto"), object=tc_obj)
     assert run_distro("tc_program", args)["method"] == "tcx"
@@ -177,7 +209,7 @@ def attach_foreign_filter(pair, obj, prio=1, handle=1):
         sh("tc", "-n", pair.rx, "qdisc", "add", "dev", "eth0", "clsact")
     sh("tc", "-n", pair.rx, "filter", "add", "dev", "eth0", "ingress", "prio", str(prio), "handle", str(handle),
        "bpf", "da", "obj", obj, "sec", "tc")
-    [shown] = filters(pair.rx)
+    [shown] = [f for f in filters(pair.rx) if f["pref"] == prio]
     return shown["options"]["prog"]["id"]
 
 

@@ -331,3 +331,22 @@ def test_absent_clears_stale_pins_and_check_mode_only_reports(obj):
     assert result["changed"] and hook.pins.exists()
     result, _warnings, _loads = converge(hook, obj, state="absent")
     assert result["changed"] and not hook.pins.exists() and hook.calls == []
+
+
+def test_clearing_stale_pins_under_a_foreign_program_reports_it_still_there(obj):
+    hook = FakeHook(FOREIGN_NETLINK, record={"prog_id": 10})
+    result, warnings, _loads = converge(hook, obj, state="absent")
+    assert result["changed"] and hook.calls == [] and not hook.pins.exists()
+    assert result["diff"]["after"] == result["diff"]["before"] and result["attached"] is True
+    assert "not managed by ebpf.xdp" in warnings[0]
+
+
+def test_a_failed_restore_says_the_hook_is_empty(obj):
+    class NoRestore(FakeHook):
+        def restore(self, observed, old):
+            raise HookError("cannot put it back")
+
+    hook = NoRestore(OURS_BY_LINK, mode="native", fail_attach=True)
+    hook.observed = Observed(prog_id=10, mode="generic", holder=HELD_BY_LINK, link_id=3, record={})
+    with pytest.raises(HookError, match="putting the old program .id 10. back failed too, so eth0 has none now"):
+        converge(hook, obj)

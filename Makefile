@@ -8,7 +8,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.build/collections
 export ANSIBLE_FORCE_COLOR ?= 0
 PYTEST := $(VENV)/bin/python -m pytest
 
-.PHONY: setup deploy lab-up lab-down test unit integration benchmark-smoke sanity lint molecule benchmark clean
+.PHONY: setup deploy lab-up lab-down vm-up vm-down test unit integration benchmark-smoke sanity lint molecule benchmark clean
 
 setup:
 	@bash scripts/setup.sh
@@ -21,6 +21,13 @@ lab-up: setup
 
 lab-down: setup
 	ansible-playbook playbooks/lab_down.yml
+
+# The lab's VM host (inventory host vm): Debian 12's stock kernel under qemu.
+vm-up:
+	bash scripts/vm.sh up
+
+vm-down:
+	bash scripts/vm.sh down
 
 test: setup
 	$(MAKE) --no-print-directory unit integration benchmark-smoke sanity lint molecule

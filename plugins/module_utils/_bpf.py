@@ -697,6 +697,120 @@ class Map(Fd):
                 yield key, value
 
 
+# ---------------------------------------------------------------- map entries (ebpf.xdp.bpf_map_entry)
+#
+# Opening a pin that must be a map, and the map's own BTF as plain data: the
+# encoding of keys and values from it is pure Python (_map_entry), so it is
+# tested without a kernel. Kept in one block apart from Map.
+
+BTF_KINDS = {1: "int", 2: "ptr", 3: "array", 4: "struct", 5: "union", 6: "enum", 7: "fwd", 8: "typedef",
+             9: "volatile", 10: "const", 11: "restrict", 12: "func", 13: "func_proto", 14: "var", 15: "datasec",
+             16: "float", 17: "decl_tag", 18: "type_tag", 19: "enum64"}
+# Kinds whose third word is a size; for the others it is a type id.
+_BTF_SIZED = ("int", "struct", "union", "enum", "enum64", "float", "datasec")
+_BTF_ENTRY_SIGNATURES = {
+    "btf__load_from_kernel_by_id": (_P, [_U32]),
+    "btf__free": (None, [_P]),
+}
+_btf_entry_lib = []
+
+
+def _btf_lib() -> ctypes.CDLL:
+    handle = lib()
+    if not _btf_entry_lib:
+        for name, (restype, argtypes) in _BTF_ENTRY_SIGNATURES.items():
+            func = getattr(handle, name)
+            func.restype = restype
+            func.argtypes = argtypes
+        _btf_entry_lib.append(handle)
+    return handle
+
+
+def open_pinned_map(path: str) -> Map:
+    """The map pinned at path, or an error that says what is (or is not) there."""
+    ret = lib().bpf_obj_get(path.encode())
+    if ret < 0:
+        err = -ret
+        if err == errno_mod.ENOENT:
+            raise BpfError("no pinned map at %s: nothing is pinned there" % path)
+        if err == errno_mod.EACCES and os.path.exists(path):
+            # bpf_obj_get answers EACCES for anything that is not a BPF object.
+            what = "a directory" if os.path.isdir(path) else "not a pinned BPF object (not on bpffs)"
+            raise BpfError("%s is %s, not a pinned map" % (path, what))
+        raise BpfError("open pinned map %s" % path, err)
+    try:
+        kind = os.readlink("/proc/self/fd/%d" % ret)
+    except OSError:
+        kind = ""
+    # Every BPF object answers bpf_obj_get_info_by_fd, each with its own struct: check the kind first.
+    if kind != "anon_inode:bpf-map":
+        os.close(ret)
+        raise BpfError("%s is a pinned %s, not a map" % (path, kind.rpartition("bpf-")[2] or "object"))
+    return Map(ret, path)
+
+
+def _btf_type(btf, type_id: int) -> dict:
+    addr = _check_ptr(lib().btf__type_by_id(btf, type_id), "read BTF type %d" % type_id)
+    head = _BtfType.from_address(addr)
+    kind = BTF_KINDS.get((head.info >> 24) & 0x1f, "unknown")
+    vlen, kflag = head.info & 0xffff, head.info >> 31
+    words = (_U32 * (3 * vlen if kind in ("struct", "union", "enum64") else 2 * vlen if kind == "enum"
+                     else 3 if kind == "array" else 1 if kind == "int" else 0)).from_address(
+        addr + ctypes.sizeof(_BtfType))
+    out = {"kind": kind, "name": _name(lib().btf__name_by_offset(btf, head.name_off))}
+    out["size" if kind in _BTF_SIZED else "type"] = head.size_or_type
+    if kind == "int":
+        out.update(signed=bool(words[0] >> 24 & 1), bool=bool(words[0] >> 24 & 4), bits=words[0] & 0xff)
+    elif kind == "array":
+        out.update(type=words[0], nelems=words[2])
+    elif kind in ("struct", "union"):
+        # With kflag the member offset carries the bitfield size in its top byte.
+        out["members"] = [{
+            "name": _name(lib().btf__name_by_offset(btf, words[3 * i])), "type": words[3 * i + 1],
+            "bit_offset": words[3 * i + 2] & 0xffffff if kflag else words[3 * i + 2],
+            "bitfield_size": words[3 * i + 2] >> 24 if kflag else 0,
+        } for i in range(vlen)]
+    elif kind in ("enum", "enum64"):
+        step = 2 if kind == "enum" else 3
+        values = []
+        for i in range(vlen):
+            raw = words[step * i + 1] | (words[step * i + 2] << 32 if kind == "enum64" else 0)
+            bits = 32 if kind == "enum" else 64
+            if kflag and raw >> (bits - 1):
+                raw -= 1 << bits
+            values.append((_name(lib().btf__name_by_offset(btf, words[step * i])), raw))
+        out.update(signed=bool(kflag), values=values)
+    return out
+
+
+def map_btf(m: Map) -> dict | None:
+    """The map's key and value types from its BTF, or None when it has none.
+
+    {"key": type id, "value": type id (0: that side has no type), "types": {id: type}}
+    where a type is a plain dict (kind, name, size or type, and members, nelems,
+    values, ... by kind) for every type the key and value reach, pointers excepted.
+    """
+    info = m._info(_MapInfo)
+    if not info.btf_id or not (info.btf_key_type_id or info.btf_value_type_id):
+        return None
+    btf = _check_ptr(_btf_lib().btf__load_from_kernel_by_id(info.btf_id),
+                     "load BTF id %d of map %s" % (info.btf_id, m.label))
+    try:
+        types = {}
+        todo = [t for t in (info.btf_key_type_id, info.btf_value_type_id) if t]
+        while todo:
+            type_id = todo.pop()
+            if type_id in types:
+                continue
+            types[type_id] = entry = _btf_type(btf, type_id)
+            if entry["kind"] != "ptr" and entry.get("type"):
+                todo.append(entry["type"])
+            todo.extend(member["type"] for member in entry.get("members", ()) if member["type"])
+    finally:
+        _btf_lib().btf__free(btf)
+    return {"key": info.btf_key_type_id, "value": info.btf_value_type_id, "types": types}
+
+
 class Link(Fd):
     """A bpf_link: attached while an fd or a pin holds it; updated in place."""
 

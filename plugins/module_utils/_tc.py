@@ -42,7 +42,7 @@ class TcHook(HookAdapter):
     label = "tc"
     prog_type = "sched_cls"
     placement_key = "method"
-    report_keys = ("method", "direction", "priority", "handle", "verdict")
+    report_keys = ("method", "direction", "priority", "handle", "protocol", "verdict")
 
     def __init__(self, ifname: str, ifindex: int, pins: _pins.PinDir, clsact: _pins.Record, direction: str,
                  method: str, priority: int | None = None, handle: int | None = None, verdict: str = "drop",
@@ -156,11 +156,13 @@ class TcHook(HookAdapter):
                 "requested_verdict": self.verdict if self.method == "act_bpf" else None}
 
     def in_place(self, observed: Observed) -> bool:
-        """Same method and, for filters, the place the task names (or any, when it names none)."""
+        """Same method and, for filters, the place the task names (or any, when it names none) and protocol all."""
         if observed.mode != self.method:
             return False
         if self.method == "tcx":
             return True
+        if observed.extra.get("protocol", "all") != "all":
+            return False  # tc keeps one protocol per priority: ours (all) cannot replace it there in one step
         priority, handle = observed.extra.get("priority"), observed.extra.get("handle")
         return self.priority in (None, priority) and (self.handle is None or self._same_handle(handle, self.handle))
 
@@ -171,7 +173,11 @@ class TcHook(HookAdapter):
         return self.method
 
     def switch_reason(self, observed: Observed) -> str:
-        return "method" if observed.mode != self.method else "place (priority/handle)"
+        if observed.mode != self.method:
+            return "method"
+        if observed.extra.get("protocol", "all") != "all":
+            return "protocol (%s to all)" % observed.extra["protocol"]
+        return "place (priority/handle)"
 
     # ------------------------------------------------------------ acting
 
@@ -196,19 +202,22 @@ class TcHook(HookAdapter):
         self.clsact.write({"created_by": "ebpf.xdp", "ifname": self.ifname, "ifindex": self.ifindex})
         return True
 
-    def _put_filter(self, prog: _bpf.Program, method: str, spot: tuple[int, int], replace: bool) -> Placement:
+    def _put_filter(self, prog: _bpf.Program, method: str, spot: tuple[int, int], replace: bool,
+                    protocol: str = "all") -> Placement:
         priority, handle = spot
+        number = _tc_netlink.protocol_number(protocol)
         if method == "cls_bpf":
             _tc_netlink.attach_cls_bpf(self.ifindex, self.direction, prog.fd, prog.label, priority, handle,
-                                       replace=replace)
+                                       replace=replace, protocol=number)
         else:
             # The u32 node only: the kernel numbers a priority's hash table itself, anew when it re-creates it.
             handle &= _tc_netlink.TC_U32_NODE_MASK
             _tc_netlink.attach_act_bpf(self.ifindex, self.direction, prog.fd, prog.label, priority, handle,
-                                       verdict=self.verdict, replace=replace)
+                                       verdict=self.verdict, replace=replace, protocol=number)
         placed = [f for f in _tc_netlink.filters(self.ifindex, self.direction)
                   if f["prio"] == priority and self._same_handle(f["handle"], handle)]
-        extra = {"direction": self.direction, "priority": priority, "handle": placed[0]["handle"] if placed else handle}
+        extra = {"direction": self.direction, "priority": priority, "handle": placed[0]["handle"] if placed else handle,
+                 "protocol": protocol}
         if method == "act_bpf":
             extra["verdict"] = self.verdict
         return Placement(HELD_BY_NETLINK, method, None, extra)
@@ -229,14 +238,16 @@ class TcHook(HookAdapter):
     def restore(self, observed: Observed, old: _bpf.Program) -> None:
         """Put back a program detached by a failed switch, where and as it was held.
 
-        Only our own programs are ever switched away from: a foreign tcx
-        program is never in our place, and a foreign filter is replaced in place.
+        A foreign tcx program is never in our place; a foreign filter is
+        replaced in place, unless it is for one protocol only: then it is
+        deleted and ours added, and on failure it comes back as it was.
         """
         if observed.holder == HELD_BY_LINK:
             self.pin_link(self._tcx_link(old))
             return
         self._ensure_clsact()
-        self._put_filter(old, observed.mode, (observed.extra["priority"], observed.extra["handle"]), replace=False)
+        self._put_filter(old, observed.mode, (observed.extra["priority"], observed.extra["handle"]), replace=False,
+                         protocol=observed.extra.get("protocol", "all"))
 
     def cleanup(self) -> None:
         """Remove the clsact qdisc we created once no filter is left in it, in either direction."""

@@ -38,7 +38,7 @@ def tc_programs(ifindex: int, direction: str) -> list[dict]:
 
     tcx programs first (the kernel runs them before the clsact qdisc), then
     the clsact filters: cls_bpf, and u32 filters whose action is act_bpf.
-    Each: method, prog_id, and link_id (tcx) or priority, handle, verdict.
+    Each: method, prog_id, and link_id (tcx) or priority, handle, verdict, protocol.
     """
     found = []
     if tcx_supported(ifindex):
@@ -49,7 +49,8 @@ def tc_programs(ifindex: int, direction: str) -> list[dict]:
         if tc_filter["prog_id"]:
             found.append({"method": "cls_bpf" if tc_filter["kind"] == "bpf" else "act_bpf",
                           "prog_id": tc_filter["prog_id"], "priority": tc_filter["prio"],
-                          "handle": tc_filter["handle"], "verdict": tc_filter["verdict"]})
+                          "handle": tc_filter["handle"], "verdict": tc_filter["verdict"],
+                          "protocol": tc_filter["protocol"]})
     return found
 
 
@@ -58,7 +59,7 @@ def observe_tc(entry: dict, direction: str, record: dict | None) -> Observed:
     with _bpf.Program.from_id(entry["prog_id"]) as prog:
         info = prog.info()
     extra = {"direction": direction}
-    extra.update((k, entry[k]) for k in ("priority", "handle", "verdict") if entry.get(k) is not None)
+    extra.update((k, entry[k]) for k in ("priority", "handle", "verdict", "protocol") if entry.get(k) is not None)
     return Observed(prog_id=entry["prog_id"], name=info["name"], tag=info["tag"], mode=entry["method"],
                     holder=HELD_BY_LINK if entry.get("link_id") else HELD_BY_NETLINK,
                     link_id=entry.get("link_id"), record=record, map_ids=info["map_ids"], extra=extra,

@@ -70,6 +70,7 @@ PARENTS = {"ingress": 0xFFFFFFF2, "egress": 0xFFFFFFF3}
 
 ETH_P_ALL = 0x0003
 PROTOCOLS = {0x0003: "all", 0x0800: "ip", 0x86DD: "ipv6", 0x0806: "arp", 0x8100: "802.1q"}
+PROTOCOL_NUMBERS = {name: number for number, name in PROTOCOLS.items()}
 TCA_BPF_FLAG_ACT_DIRECT = 1
 TC_U32_TERMINAL = 1
 TC_U32_NODE_MASK = 0x00000FFF
@@ -219,6 +220,11 @@ def _tcmsg(ifindex: int, parent: int, handle: int = 0, info: int = 0, attrs=()) 
     msg["info"] = info
     msg["attrs"] = [list(a) for a in attrs]
     return msg
+
+
+def protocol_number(name: str) -> int:
+    """The EtherType of a protocol as filters() names it ("ip", or "0x88cc" for one without a name)."""
+    return PROTOCOL_NUMBERS[name] if name in PROTOCOL_NUMBERS else int(name, 16)
 
 
 def _info(prio: int, protocol: int = ETH_P_ALL) -> int:
@@ -514,9 +520,9 @@ def _u32_handle(ipr, ifindex: int, direction: str, prio: int, handle: int, what:
 
 
 def _new_filter(ipr, ifindex: int, direction: str, prio: int, handle: int, kind: str, options: list,
-                replace: bool, what: str, prog_type: str) -> None:
+                replace: bool, what: str, prog_type: str, protocol: int) -> None:
     flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | (NLM_F_REPLACE if replace else NLM_F_EXCL)
-    msg = _tcmsg(ifindex, _parent(direction), handle, _info(prio),
+    msg = _tcmsg(ifindex, _parent(direction), handle, _info(prio, protocol),
                  attrs=[("TCA_KIND", kind), ("TCA_OPTIONS", {"attrs": options})])
     try:
         _request(ipr, msg, RTM_NEWTFILTER, flags)
@@ -525,6 +531,8 @@ def _new_filter(ipr, ifindex: int, direction: str, prio: int, handle: int, kind:
         hint = ""
         if exc.code == errno.EEXIST:
             hint = "a filter is there already; replace it instead"
+        elif exc.code == errno.EINVAL and "protocol" in reason:
+            hint = "the filters at prio %d are for another protocol; tc keeps one per priority" % prio
         elif exc.code == errno.EINVAL and "kind" in reason:
             hint = "another kind of filter holds prio %d" % prio
         elif exc.code == errno.EINVAL and not reason:
@@ -536,23 +544,24 @@ def _new_filter(ipr, ifindex: int, direction: str, prio: int, handle: int, kind:
 
 
 def attach_cls_bpf(ifindex: int, direction: str, prog_fd: int, name: str, prio: int, handle: int,
-                   replace: bool = False) -> None:
-    """Hold a sched_cls program on the hook as a direct-action cls_bpf filter (protocol all).
+                   replace: bool = False, protocol: int = ETH_P_ALL) -> None:
+    """Hold a sched_cls program on the hook as a direct-action cls_bpf filter (protocol all by default).
 
     replace=True is tc's `filter replace`: the filter at prio/handle takes
     the new program in one step (or is created when there is none). Without
-    it an existing filter there is an error (EEXIST).
+    it an existing filter there is an error (EEXIST). A replace keeps the
+    priority's protocol: the kernel refuses another one (EINVAL).
     """
     what = _what("replace" if replace else "add", "cls_bpf filter", ifindex, direction, prio, handle)
     _check_slot(prio, handle, what)
     options = [("TCA_BPF_FD", prog_fd), ("TCA_BPF_NAME", name), ("TCA_BPF_FLAGS", TCA_BPF_FLAG_ACT_DIRECT)]
     with _socket() as ipr:
         _require_clsact(ipr, ifindex, what)
-        _new_filter(ipr, ifindex, direction, prio, handle, "bpf", options, replace, what, "sched_cls")
+        _new_filter(ipr, ifindex, direction, prio, handle, "bpf", options, replace, what, "sched_cls", protocol)
 
 
 def attach_act_bpf(ifindex: int, direction: str, prog_fd: int, name: str, prio: int, handle: int,
-                   verdict: str = "drop", replace: bool = False) -> None:
+                   verdict: str = "drop", replace: bool = False, protocol: int = ETH_P_ALL) -> None:
     """Hold a sched_act program on the hook as the act_bpf action of a u32 match-all filter.
 
     The action's verdict applies when the program returns TC_ACT_UNSPEC
@@ -580,7 +589,7 @@ def attach_act_bpf(ifindex: int, direction: str, prog_fd: int, name: str, prio: 
     with _socket() as ipr:
         _require_clsact(ipr, ifindex, what)
         full = _u32_handle(ipr, ifindex, direction, prio, handle, what)
-        _new_filter(ipr, ifindex, direction, prio, full, "u32", options, replace, what, "sched_act")
+        _new_filter(ipr, ifindex, direction, prio, full, "u32", options, replace, what, "sched_act", protocol)
 
 
 def delete_filter(ifindex: int, direction: str, prio: int, handle: int, kind: str) -> None:

@@ -192,6 +192,14 @@ handle:
   returned: when attached with V(cls_bpf) or V(act_bpf)
   type: int
   sample: 1
+protocol:
+  description:
+    - The filter's protocol, as tc names it. The collection's filters are for V(all); a forced takeover of a
+      foreign filter for one protocol deletes it and adds ours (a warning says the hook was briefly empty),
+      because tc keeps one protocol per priority.
+  returned: when attached with V(cls_bpf) or V(act_bpf)
+  type: str
+  sample: all
 verdict:
   description: The act_bpf action's verdict.
   returned: when attached with V(act_bpf)

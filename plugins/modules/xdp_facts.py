@@ -18,6 +18,8 @@ description:
     C(xdp_drop_count), are keyed by IP protocol and also reported by protocol name.
   - With O(rate_interval), the module samples twice and adds per-second rates of every counter and of
     the interface statistics.
+  - Multicast groups of the shared map sets in the namespace (see M(ebpf.xdp.devmap_group)) are reported in
+    C(devmap_groups), with their members, addresses and counters.
 author:
   - ebpf.xdp developers (@ebpf-xdp)
 requirements:
@@ -88,6 +90,28 @@ ansible_facts:
           description: Measured seconds between the two samples.
           type: float
           returned: when O(rate_interval) is set
+        devmap_groups:
+          description:
+            - Multicast groups (see M(ebpf.xdp.devmap_group)) per shared map set of the namespace that holds
+              them, each a list sorted by id.
+            - A group has C(id), C(name) (null for none), C(owner) (C(ebpf.xdp), or C(unmanaged) for a group
+              written by other means), C(members) (each with C(name) and C(ifindex)), C(addresses),
+              C(exclude_ingress), C(egress_program) (its program name, or null), C(frames) (frames classified to
+              the group) and C(copies) (copies the program asked the kernel for), both summed over CPUs, and with
+              O(rate_interval) C(rates) (C(frames) and C(copies) per second).
+          type: dict
+          returned: when a map set holds multicast groups
+          sample:
+            multicast:
+              - id: 1
+                name: video
+                owner: ebpf.xdp
+                members: [{name: eth2, ifindex: 4}, {name: eth3, ifindex: 5}]
+                addresses: [239.1.1.1]
+                exclude_ingress: true
+                egress_program: null
+                frames: 1000
+                copies: 2000
         interfaces:
           description:
             - Interface name to its C(ifindex), C(mac), C(mtu), C(stats) (packet and byte counters),
@@ -102,7 +126,7 @@ ansible_facts:
             - C(tc) has C(ingress) and C(egress), each the list of programs on that tc hook in the
               order they run (tcx programs, then clsact filters), with the same keys as C(xdp) but
               C(method) (V(tcx), V(cls_bpf) or V(act_bpf)) instead of C(mode), and C(direction), and
-              C(priority), C(handle) (and C(verdict) for act_bpf) for filters.
+              C(priority), C(handle), C(protocol) (and C(verdict) for act_bpf) for filters.
           type: dict
           sample:
             eth0:

@@ -203,12 +203,12 @@ def test_auto_is_tcx_here_and_keeps_an_attached_method(run_distro, pair, tc_obj)
     assert kept["changed"] is False and kept["method"] == "cls_bpf"
 
 
-def attach_foreign_filter(pair, obj, prio=1, handle=1):
+def attach_foreign_filter(pair, obj, prio=1, handle=1, protocol="all"):
     """What users do by hand today: tc filter add ... bpf da obj (no pins of ours)."""
     if not has_clsact(pair.rx):
         sh("tc", "-n", pair.rx, "qdisc", "add", "dev", "eth0", "clsact")
-    sh("tc", "-n", pair.rx, "filter", "add", "dev", "eth0", "ingress", "prio", str(prio), "handle", str(handle),
-       "bpf", "da", "obj", obj, "sec", "tc")
+    sh("tc", "-n", pair.rx, "filter", "add", "dev", "eth0", "ingress", "protocol", protocol, "prio", str(prio),
+       "handle", str(handle), "bpf", "da", "obj", obj, "sec", "tc")
     [shown] = [f for f in filters(pair.rx) if f["pref"] == prio]
     return shown["options"]["prog"]["id"]
 
@@ -231,6 +231,22 @@ def test_foreign_filter_is_left_alone_then_taken_over_with_force(run_distro, pai
     assert taken["id"] != foreign and len(filters(pair.rx)) == 1, "replaced in place"
     assert run_distro("tc_program", absent_args)["changed"]
     assert filters(pair.rx) == [] and has_clsact(pair.rx), "the clsact was not the collection's"
+
+
+def test_forced_takeover_of_a_filter_for_one_protocol_says_the_hook_was_briefly_empty(run_distro, pair, tc_obj,
+                                                                                       tmp_path):
+    # tc keeps one protocol per priority, so ours (all) cannot replace an IPv4-only filter in one step.
+    foreign = attach_foreign_filter(pair, compile_c(tmp_path, SECOND_TC_PROGRAM, "tc_other"), protocol="ip")
+    args = dict(count_args(pair, "cls_bpf", priority=1, handle=1), object=tc_obj, force=True)
+    preview = run_distro("tc_program", args, check=True)
+    assert preview["changed"] and [f["options"]["prog"]["id"] for f in filters(pair.rx)] == [foreign], preview
+    taken, again = assert_rhythm(run_distro, "tc_program", args)
+    assert taken["protocol"] == "all" and taken["priority"] == 1 and taken["id"] != foreign, taken
+    assert any("briefly without its tc program while switching protocol (ip to all)" in w
+               for w in taken["warnings"]), taken
+    [shown] = filters(pair.rx)
+    assert shown["protocol"] == "all" and shown["options"]["prog"]["id"] == taken["id"], shown
+    assert not again.get("warnings"), again
 
 
 def test_a_foreign_tcx_program_coexists(run_distro, pair, tc_obj, tmp_path):

@@ -24,19 +24,21 @@ def test_missing_interface_and_netns(run_distro, pair):
 
 def test_rates_from_two_samples(run_distro, pair, drop_obj):
     run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj))
-    # A steady 2000 frames/s for ~3 s from the sender while the facts sample for 1 s.
+    # A steady 2000 frames/s from the sender while the facts sample for 1 s; it runs for up to 20 s, so a
+    # slow module start on a loaded machine still samples while it sends, and is stopped once they are read.
     sender = subprocess.Popen([
         SYSTEM_PYTHON, "-c",
         "import sys; sys.path.insert(0, %r); "
         "from ansible_collections.ebpf.xdp.plugins.module_utils import _frames, _netns\n"
         "with _netns.netns(%r):\n"
         "    f = _frames.build_frame('udp', %r, %r, %r, %r)\n"
-        "    _frames.send('eth0', {'udp': f}, 6000, rate=2000)\n"
+        "    _frames.send('eth0', {'udp': f}, 40000, rate=2000)\n"
         % (ROOT + "/.build/collections", pair.tx, pair.tx_mac, pair.rx_mac, pair.tx_ip, pair.rx_ip)])
     try:
         time.sleep(0.5)
         facts = run_distro("xdp_facts", dict(netns=pair.rx, rate_interval=1))["ansible_facts"]["xdp"]
     finally:
+        sender.terminate()
         sender.wait()
     prog = facts["interfaces"]["eth0"]["xdp"]
     assert 0.9 <= facts["rate_interval"] <= 2.0
@@ -45,7 +47,8 @@ def test_rates_from_two_samples(run_distro, pair, drop_obj):
     assert prog["rates"]["proto_count"]["17"] == rate
     assert 1000 <= facts["interfaces"]["eth0"]["rates"]["stats"]["rx_packets"] <= 3000
     final = run_distro("xdp_facts", dict(netns=pair.rx))["ansible_facts"]["xdp"]
-    assert final["interfaces"]["eth0"]["xdp"]["protocols"] == {"udp": 6000}
+    assert set(final["interfaces"]["eth0"]["xdp"]["protocols"]) == {"udp"}
+    assert final["interfaces"]["eth0"]["xdp"]["protocols"]["udp"] >= rate
 
 
 def test_no_privileges(run_distro, pair):

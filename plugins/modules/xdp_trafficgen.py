@@ -23,8 +23,10 @@ description:
     program or GRO enabled; elsewhere a driver with C(ndo-xmit) in its XDP features); otherwise the kernel drops
     them without counting them anywhere. The module reads this from the kernel before sending, and the xdp
     engine refuses such a device instead of reporting frames that went nowhere.
-  - Sending changes no configuration of the host, so the module always reports C(changed=false); in check mode
-    it validates the settings, chooses the engine and sends nothing.
+  - A run of the generator is an action, as a command is: every run sends frames and reports C(changed=true),
+    although no configuration of the host changes. In check mode it validates the settings and the device,
+    chooses the engine, sends nothing and reports C(changed=true) (it would send). A task that only verifies
+    with a burst can say C(changed_when: false).
   - Only send to addresses of networks you own, such as the collection's lab namespaces.
 author:
   - ebpf.xdp developers (@ebpf-xdp)
@@ -138,13 +140,14 @@ attributes:
   check_mode:
     support: full
     details:
-      - Check mode validates the settings and chooses the engine, and sends nothing.
+      - Check mode validates the settings and chooses the engine, sends nothing and reports a change (it would
+        send).
   diff_mode:
     support: none
   idempotent:
-    support: full
+    support: none
     details:
-      - It sends frames on every run but changes no state, so it never reports a change.
+      - Every run sends frames, an action, and reports C(changed=true); the host's configuration stays as it was.
 notes:
   - A veth delivers XDP frames to its peer through a 256-slot ring per receive queue. Several threads sending
     into a peer with one receive queue can overflow it; the veth counts such drops in its C(tx_dropped), which
@@ -289,7 +292,8 @@ def main():
         result = _trafficgen.generate(settings, check_mode=module.check_mode)
     except _common.KNOWN_ERRORS as exc:
         _common.fail_from(module, exc)
-    module.exit_json(changed=False, **result)
+    # Sending is an action, so every run (and, as a prediction, every check-mode run) reports a change.
+    module.exit_json(changed=True, **result)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ what differs; a write the kernel refuses puts back what was written before it.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
 import re
@@ -658,6 +659,11 @@ class MapEntries:
                     patched.append(bytes(value))
                 values = tuple(patched)
             self.map.update(key, b"".join(value.ljust(self.map.slot, b"\0") for value in values))
+        except _bpf.BpfError as exc:
+            if programs and exc.errno == errno.EINVAL:
+                raise _bpf.BpfError("%s (the program of a devmap value must be an XDP program loaded for devmaps, "
+                                    "SEC(\"xdp/devmap\"))" % exc)
+            raise
         finally:
             for prog in programs:
                 prog.close()
@@ -675,9 +681,9 @@ class MapEntries:
             try:
                 self._restore(current, done)
             except _bpf.BpfError as again:
-                raise MapEntryError("%s; putting back the %d entries written before it failed too: %s" % (
+                raise MapEntryError("%s; putting back the entries written before it (%d) failed too: %s" % (
                     exc, len(done), again))
-            raise MapEntryError("%s; the %d entries written before it were put back" % (exc, len(done)))
+            raise MapEntryError("%s; the entries written before it (%d) were put back" % (exc, len(done)))
 
     def _restore(self, current: dict, done: list) -> None:
         for key in reversed(done):

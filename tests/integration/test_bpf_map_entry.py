@@ -108,7 +108,7 @@ def test_redirect_map_forwards_to_the_port_bpf_map_entry_sets(run_distro, chain,
         assert _bpf.xdp_query(_netns.ifindex("eth0"))["prog_id"] == router["id"]
 
 
-def test_a_devmap_value_runs_a_pinned_egress_program(run_distro, chain, mcast_obj, pin_root):
+def test_a_devmap_value_runs_a_pinned_egress_program(run_distro, chain, mcast_obj, drop_obj, pin_root):
     """An 8-byte devmap value: the target and the pin path of an xdp/devmap program; read back as its id."""
     os.makedirs(pin_root)
     path, prog_path = os.path.join(pin_root, "ports"), os.path.join(pin_root, "egress")
@@ -126,6 +126,14 @@ def test_a_devmap_value_runs_a_pinned_egress_program(run_distro, chain, mcast_ob
     # The id it reads back is taken as well: no change.
     again = run_distro("bpf_map_entry", dict(args, entries=first["entries"]))
     assert again["changed"] is False, again
+    # A program the kernel refuses there (not loaded for devmaps): the entry written before it is put back.
+    plain = os.path.join(pin_root, "plain")
+    with _loader.load(drop_obj, "xdp_drop_count", "xdp") as loaded:
+        loaded.program.pin(plain)
+    refused = [{"key": 2, "value": {"ifindex": "eth1"}}, {"key": 3, "value": {"ifindex": "eth1", "prog": plain}}]
+    with unchanged(path):
+        res = fails(run_distro, dict(args, entries=refused), "must be an XDP program loaded for devmaps")
+    assert "the entries written before it (1) were put back" in res["msg"], res["msg"]
     # Without the program.
     res = run_distro("bpf_map_entry", dict(args, entries=[{"key": 1, "value": {"ifindex": "eth1"}}]))
     assert res["changed"] and contents(path) == {u32(1): u32(eth1) + u32(0)}, res
@@ -237,8 +245,8 @@ def fails(run, args, message):
 
 
 def test_bad_input_is_a_clear_error_and_leaves_the_map_as_it_was(run_distro, mcast_maps, chain, redirect_map_obj):
-    addrs, config, port_mac, frames = (mcast_maps[name] for name in ("mcast_addrs", "mcast_config", "mcast_port_mac",
-                                                                    "mcast_frames"))
+    names = ("mcast_addrs", "mcast_config", "mcast_port_mac", "mcast_frames")
+    addrs, config, port_mac, frames = (mcast_maps[name] for name in names)
     run_distro("bpf_map_entry", dict(path=addrs, entries=[{"key": V4, "value": 1}]))
     router = run_distro("xdp_program", dict(interface="eth0", netns=chain.rt, object=redirect_map_obj,
                                             program="xdp_redirect_map", mode="generic"))
@@ -295,8 +303,8 @@ def test_a_hash_map_that_would_overflow_is_refused_before_anything_is_written(ru
         fails(run_distro, dict(path=path, entries=[{"key": 2, "value": 2}, {"key": 3, "value": 3}]),
               "small holds at most 2 entries; this task would leave 3 in it")
     # Exclusive makes room first.
-    res = run_distro("bpf_map_entry", dict(path=path, exclusive=True, entries=[{"key": 2, "value": 2},
-                                                                              {"key": 3, "value": 3}]))
+    entries = [{"key": 2, "value": 2}, {"key": 3, "value": 3}]
+    res = run_distro("bpf_map_entry", dict(path=path, exclusive=True, entries=entries))
     assert res["changed"] and contents(path) == {u32(2): u32(2), u32(3): u32(3)}, res
 
 

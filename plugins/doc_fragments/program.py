@@ -45,6 +45,19 @@ options:
   keep_maps:
     description:
       - With O(state=absent), keep the pinned maps so a later attach continues with their contents.
+      - With O(shared_maps), keep the map set even when no other attachment names it; also when a program
+        moves to another set (or from its own maps to a set), keep what it leaves.
     type: bool
     default: false
+  shared_maps:
+    description:
+      - Name of a map set shared with other attachments in the same network namespace. The program's maps are
+        pinned in C(<pin_root>/<netns>/shared_maps/<name>/) instead of the attachment's own directory, and every
+        attachment naming the same set uses the same maps, for example one multicast program on every port of a
+        switch, whose groups M(ebpf.xdp.devmap_group) manages in that set.
+      - The set is part of the program's identity; changing it reloads the program over the other set's maps.
+      - O(state=absent) removes the set only when no other attachment names it and O(keep_maps) is false.
+      - The maps of programs sharing a set must have the same layout (libbpf refuses an incompatible pin).
+      - Without it, each attachment has maps of its own.
+    type: str
 """

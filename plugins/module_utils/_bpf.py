@@ -37,6 +37,8 @@ LIBBPF_SONAME = "libbpf.so.1"
 BPF_XDP = 37
 BPF_TCX_INGRESS = 46
 BPF_TCX_EGRESS = 47
+# A program run on a devmap entry's egress copies (SEC("xdp/devmap")), never on an interface.
+BPF_XDP_DEVMAP = 33
 ATTACH_TYPES = {BPF_XDP: "xdp", BPF_TCX_INGRESS: "tcx_ingress", BPF_TCX_EGRESS: "tcx_egress"}
 
 # bpf() commands and flags used without libbpf (uapi/linux/bpf.h).
@@ -58,6 +60,11 @@ XDP_ATTACHED_MODES = {1: "native", 2: "generic", 3: "offload", 4: "multi"}
 
 BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
 
+# Map update flags (uapi/linux/bpf.h): any, only a new key, only an existing key.
+BPF_ANY = 0
+BPF_NOEXIST = 1
+BPF_EXIST = 2
+
 BPF_OBJ_NAME_LEN = 16
 
 MAP_TYPES = {
@@ -70,6 +77,9 @@ MAP_TYPES = {
 }
 PERCPU_MAP_TYPES = frozenset((5, 6, 10))
 BPF_MAP_TYPE_ARRAY = 2
+BPF_MAP_TYPE_HASH_OF_MAPS = 13
+BPF_MAP_TYPE_DEVMAP = 14
+BPF_MAP_TYPE_DEVMAP_HASH = 25
 
 PROG_TYPES = {
     1: "socket_filter", 2: "kprobe", 3: "sched_cls", 4: "sched_act",
@@ -124,6 +134,16 @@ class _MapInfo(ctypes.Structure):
         ("netns_dev", ctypes.c_uint64), ("netns_ino", ctypes.c_uint64),
         ("btf_id", ctypes.c_uint32), ("btf_key_type_id", ctypes.c_uint32),
         ("btf_value_type_id", ctypes.c_uint32),
+    ]
+
+
+class _MapCreateOpts(ctypes.Structure):
+    _fields_ = [
+        ("sz", ctypes.c_size_t), ("btf_fd", ctypes.c_uint32),
+        ("btf_key_type_id", ctypes.c_uint32), ("btf_value_type_id", ctypes.c_uint32),
+        ("btf_vmlinux_value_type_id", ctypes.c_uint32), ("inner_map_fd", ctypes.c_uint32),
+        ("map_flags", ctypes.c_uint32), ("map_extra", ctypes.c_uint64),
+        ("numa_node", ctypes.c_uint32), ("map_ifindex", ctypes.c_uint32),
     ]
 
 
@@ -224,6 +244,8 @@ _SIGNATURES = {
     "bpf_program__fd": (_I, [_P]),
     "bpf_program__set_autoload": (_I, [_P, ctypes.c_bool]),
     "bpf_program__set_type": (_I, [_P, _I]),
+    "bpf_program__expected_attach_type": (_I, [_P]),
+    "bpf_program__set_expected_attach_type": (_I, [_P, _I]),
     "bpf_program__set_log_buf": (_I, [_P, _P, ctypes.c_size_t]),
     "bpf_map__name": (_S, [_P]),
     "bpf_map__type": (_I, [_P]),
@@ -405,6 +427,14 @@ class BpfObject:
         wanted = self._find_program(name)
         for p in self._programs():
             lib().bpf_program__set_autoload(p, p == wanted)
+
+    def expected_attach_type(self, name: str) -> int:
+        """The attach type the program is loaded for (libbpf sets it from the section name)."""
+        return lib().bpf_program__expected_attach_type(self._find_program(name))
+
+    def set_expected_attach_type(self, name: str, attach_type: int) -> None:
+        _check(lib().bpf_program__set_expected_attach_type(self._find_program(name), attach_type),
+               "set the expected attach type of program %s of %s to %d" % (name, self.path, attach_type))
 
     def set_type(self, name: str, prog_type: str) -> None:
         """Load the named program as another type: a SEC("tc") classifier as a tc action (sched_act)."""
@@ -632,8 +662,16 @@ class Map(Fd):
         return cls(_check(lib().bpf_map_get_fd_by_id(map_id), "open BPF map id %d" % map_id), "id %d" % map_id)
 
     @classmethod
-    def create(cls, map_type: int, name: str, key_size: int, value_size: int, max_entries: int) -> Map:
-        fd = _check(lib().bpf_map_create(map_type, name.encode(), key_size, value_size, max_entries, None),
+    def create(cls, map_type: int, name: str, key_size: int, value_size: int, max_entries: int,
+               flags: int = 0, inner_map: Map | None = None) -> Map:
+        """A new map, held by this process only until it is pinned or put into another map.
+
+        inner_map: for a map of maps, a map with the layout every inner map must have.
+        """
+        opts = _MapCreateOpts(sz=ctypes.sizeof(_MapCreateOpts), map_flags=flags,
+                              inner_map_fd=inner_map.fd if inner_map else 0)
+        fd = _check(lib().bpf_map_create(map_type, name.encode(), key_size, value_size, max_entries,
+                                         ctypes.byref(opts)),
                     "create map %s" % name)
         return cls(fd, name)
 
@@ -664,6 +702,13 @@ class Map(Fd):
         if self.percpu:
             return [raw[i * self.slot:i * self.slot + self.info["value_size"]] for i in range(self.ncpus)]
         return raw
+
+    def inner(self, key: bytes) -> Map | None:
+        """The map stored at key in a map of maps (a lookup answers its id), or None."""
+        value = self.lookup(key)
+        if value is None:
+            return None
+        return Map.from_id(int.from_bytes(value[:4], "little"))
 
     def update(self, key: bytes, value: bytes, flags: int = 0) -> None:
         _check(lib().bpf_map_update_elem(self.fd, self._key(key),

@@ -36,6 +36,7 @@ PROGRAM_ARGS = dict(
     state=dict(type="str", choices=["present", "absent"], default="present"),
     force=dict(type="bool", default=False),
     keep_maps=dict(type="bool", default=False),
+    shared_maps=dict(type="str"),
 )
 
 # Documented by doc fragment ebpf.xdp.pin_root.

@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shutil
 from typing import Callable
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _common, _hooks, _loader, _netns, _pins
@@ -70,18 +71,22 @@ class Desired:
     constants: dict = dataclasses.field(default_factory=dict)
     force: bool = False
     keep_maps: bool = False
+    # The map set (see _pins) the program's maps are pinned in, instead of the attachment's own maps/.
+    shared_maps: str | None = None
 
     @classmethod
     def from_params(cls, params: dict) -> Desired:
         return cls(state=params["state"], object=params.get("object"), program=params.get("program"),
                    constants=params.get("constants") or {}, force=params.get("force", False),
-                   keep_maps=params.get("keep_maps", False))
+                   keep_maps=params.get("keep_maps", False), shared_maps=params.get("shared_maps"))
 
     def identity(self, object_sha256: str, resolved_constants: dict) -> dict:
         # "program" stays as asked (possibly None: the only program of its type), so the next run matches.
         # The resolved constants make a target interface re-created with a new ifindex a change.
+        # A program is bound to its maps when loaded: another map set is another program.
         return {"object": self.object, "object_sha256": object_sha256, "program": self.program,
-                "constants": self.constants, "resolved_constants": resolved_constants}
+                "constants": self.constants, "resolved_constants": resolved_constants,
+                "shared_maps": self.shared_maps}
 
 
 # ---------------------------------------------------------------- decisions
@@ -170,13 +175,30 @@ class HookAdapter:
 class Converger:
     """Converges one hook (an adapter, see the module docstring) to a Desired state."""
 
-    def __init__(self, hook, desired: Desired, check_mode: bool, load=_loader.load):
+    def __init__(self, hook, desired: Desired, check_mode: bool, load=_loader.load, netns_key: str | None = None):
         self.hook = hook
         self.pins = hook.pins
         self.desired = desired
         self.check_mode = check_mode
         self.load = load
+        self.netns_key = netns_key
         self.warnings: list[str] = []
+
+    def maps_dir(self, shared_maps: str | None) -> str:
+        """Where the maps are pinned: the attachment's maps/, or the shared map set it names."""
+        if shared_maps:
+            return _pins.shared_maps_dir(self.pins.pin_root, self.netns_key, shared_maps)
+        return self.pins.maps_dir
+
+    def release_maps(self, record: dict | None, now: str | None) -> None:
+        """After the program of `record` left its maps for the set `now` (None: its own maps/, or removed):
+        drop a map set no attachment names any more, or the attachment's own maps/ (unless keep_maps)."""
+        if self.desired.keep_maps or not record or record.get("shared_maps") == now:
+            return
+        if record.get("shared_maps"):
+            _pins.release_shared_maps(self.pins.pin_root, self.netns_key, record["shared_maps"])
+        elif os.path.isdir(self.pins.maps_dir):
+            shutil.rmtree(self.pins.maps_dir)
 
     def run(self) -> dict:
         observed = self.hook.observe()
@@ -220,8 +242,11 @@ class Converger:
         if action in (DETACH, DETACH_FOREIGN):
             self.hook.detach(observed)
             self.hook.cleanup()
+        record = self.pins.record.read() if self.pins.exists() else None
         if self.pins.exists():
             self.pins.remove(keep_maps=self.desired.keep_maps)
+        if record and record.get("shared_maps"):
+            self.release_maps(record, None)
         return True
 
     # ------------------------------------------------------------ present
@@ -258,7 +283,8 @@ class Converger:
         """The kernel would run the same thing: same instructions, same data, same placement."""
         record = observed.record
         return bool(record) and record.get("tag") == loaded.info["tag"] \
-            and record.get("data_sha256") == loaded.data_sha256 and self.hook.settled(observed)
+            and record.get("data_sha256") == loaded.data_sha256 and self.hook.settled(observed) \
+            and record.get("shared_maps") == self.desired.shared_maps
 
     def _load(self, identity: dict, maps_dir: str | None = None) -> _loader.Loaded:
         d = self.desired
@@ -275,9 +301,12 @@ class Converger:
                           "object_sha256": identity["object_sha256"], "constants": identity["constants"]}
 
     def _apply(self, observed: Observed, identity: dict, before: dict) -> tuple[bool, dict]:
-        created = self.pins.make()
+        shared = self.desired.shared_maps
+        created = self.pins.make(maps=not shared)
+        if shared:
+            created = _pins.make_dirs(self.maps_dir(shared)) + created
         try:
-            with self._load(identity, self.pins.maps_dir) as loaded:
+            with self._load(identity, self.maps_dir(shared)) as loaded:
                 action = plan_swap(observed, self.hook.in_place(observed), self._same_program(observed, loaded))
                 if action == RECORD_ONLY:
                     # A rebuilt object with the same program: nothing changes in the kernel;
@@ -291,10 +320,14 @@ class Converger:
                 placement = self._swap(action, observed, loaded.program)
                 self.pins.replace_pin(loaded.program, self.pins.prog_path)
         except Exception:
+            if shared and self.maps_dir(shared) in created:
+                shutil.rmtree(self.maps_dir(shared))  # a new set: only this run's maps are in it
             self.pins.undo(created)
             raise
         record.update(placement.as_record())
         self.pins.record.write(record)
+        if observed.owned:
+            self.release_maps(observed.record, shared)
         after = Observed(prog_id=record["prog_id"], name=loaded.info["name"], tag=record["tag"],
                          mode=placement.mode, holder=placement.holder, link_id=placement.link_id, record=record,
                          extra=placement.extra, placement_key=self.hook.placement_key)
@@ -337,15 +370,21 @@ def converge_interface(params: dict, check_mode: bool, make_hook: Callable) -> t
     just changed it. Returns the result and the warnings.
     """
     ifname = params["interface"]
-    with _netns.netns(params["netns"]):
+    shared = params.get("shared_maps")
+    with _netns.netns(params["netns"]), contextlib.ExitStack() as locks:
         key = _netns.netns_key(params["netns"])
+        if shared:
+            _pins.shared_maps_dir(params["pin_root"], key, shared)  # a bad set name fails first
         if not check_mode:
             _netns.ifindex(ifname)  # a missing interface fails before any lock or bpffs check
             _pins.check_bpffs(params["pin_root"])
-        with contextlib.nullcontext() if check_mode else _pins.lock(key, ifname):
-            hook = make_hook(params, _netns.ifindex(ifname), key)
-            converger = Converger(hook, Desired.from_params(params), check_mode)
-            return dict(converger.run(), netns=params["netns"]), converger.warnings
+            locks.enter_context(_pins.lock(key, ifname))
+            if shared and params["state"] == "present":
+                # Attachments of one set load (and create) its maps, or remove it, one at a time.
+                locks.enter_context(_pins.lock(key, _pins.shared_maps_lock(shared)))
+        hook = make_hook(params, _netns.ifindex(ifname), key)
+        converger = Converger(hook, Desired.from_params(params), check_mode, netns_key=key)
+        return dict(converger.run(), netns=params["netns"]), converger.warnings
 
 
 def exit_converged(module, make_hook: Callable) -> None:

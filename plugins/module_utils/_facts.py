@@ -13,7 +13,8 @@ from __future__ import annotations
 import errno
 import time
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _hooks, _netlink, _netns, _pins, _tc_hooks
+from ansible_collections.ebpf.xdp.plugins.module_utils import (
+    _bpf, _devmap, _hooks, _netlink, _netns, _pins, _tc_hooks)
 
 # Maps with this name are keyed by IP protocol number (xdp_drop_count, xdp1).
 PROTOCOL_MAP = "proto_count"
@@ -117,7 +118,11 @@ def snapshot(pin_root: str, netns: str | None, wanted: list[str]) -> dict:
     missing = sorted(set(wanted or ()) - set(out))
     if missing:
         raise _netns.NotFoundError("interface %s does not exist in this network namespace" % ", ".join(missing))
-    return {"netns": key, "interfaces": out}
+    facts = {"netns": key, "interfaces": out}
+    groups = {name: _devmap.read_groups(directory, name) for name, directory in _devmap.map_sets(pin_root, key).items()}
+    if groups:
+        facts["devmap_groups"] = groups
+    return facts
 
 
 def _rate(before, after, seconds):
@@ -140,6 +145,11 @@ def with_rates(pin_root: str, netns: str | None, wanted: list[str], interval: fl
         for prog in _programs(entry):
             if prog["id"] in earlier:
                 _add_rates(earlier[prog["id"]], prog, seconds)
+    for name, groups in second.get("devmap_groups", {}).items():
+        earlier = {group["id"]: group for group in first.get("devmap_groups", {}).get(name, [])}
+        for group in groups:
+            old = earlier.get(group["id"], {})
+            group["rates"] = {k: _rate(old.get(k), group[k], seconds) for k in ("frames", "copies")}
     second["rate_interval"] = round(seconds, 3)
     return second
 

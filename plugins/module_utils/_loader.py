@@ -28,12 +28,20 @@ class LoadError(EbpfXdpError):
     pass
 
 
-def select_program(obj: _bpf.BpfObject, name: str | None, prog_type: str) -> str:
-    """The name of the program to load: `name`, or the only program of `prog_type` when name is None."""
+def select_program(obj: _bpf.BpfObject, name: str | None, prog_type: str, devmap: bool = False) -> str:
+    """The name of the program to load: `name`, or the only program of `prog_type` when name is None.
+
+    A devmap egress program (SEC("xdp/devmap")) is an XDP program that only a
+    devmap entry runs: when no name is given, it is a candidate only with
+    devmap=True (so an object with an ingress and an egress program needs no
+    name for either). A named program is loaded as its section says.
+    """
     programs = obj.programs()
-    kind = TYPE_NAMES.get(prog_type, prog_type)
+    for prog in programs:
+        prog["devmap"] = obj.expected_attach_type(prog["name"]) == _bpf.BPF_XDP_DEVMAP
+    kind = TYPE_NAMES.get(prog_type, prog_type) + (" devmap egress" if devmap else "")
     if name is None:
-        candidates = [p["name"] for p in programs if p["type"] == prog_type]
+        candidates = [p["name"] for p in programs if p["type"] == prog_type and p["devmap"] == devmap]
         if len(candidates) != 1:
             raise LoadError("%s has %d %s programs (%s); name one with program:" % (
                 obj.path, len(candidates), kind, ", ".join(candidates) or "none"))
@@ -103,18 +111,21 @@ class Loaded:
 
 
 def load(path: str, program: str | None, prog_type: str, constants: dict | None = None,
-         maps_dir: str | None = None, load_as: str | None = None) -> Loaded:
+         maps_dir: str | None = None, load_as: str | None = None, devmap: bool = False) -> Loaded:
     """Load one program of `path`; its maps are pinned (and reused) in maps_dir, or kept out of bpffs.
 
     Only the chosen program goes into the kernel, as load_as when given (a
-    classifier loaded as a tc action). The object itself is closed before
-    returning: the Loaded program keeps what it needs.
+    classifier loaded as a tc action), or with devmap as a devmap egress
+    program (expected attach type BPF_XDP_DEVMAP, whatever its section). The
+    object itself is closed before returning: the Loaded program keeps what it needs.
     """
     if not os.path.isfile(path):
         raise LoadError("object file %s does not exist; compile it with ebpf.xdp.bpf_object" % path)
     with _bpf.BpfObject(path) as obj:
-        name = select_program(obj, program, prog_type)
+        name = select_program(obj, program, prog_type, devmap)
         obj.only_load(name)
+        if devmap:
+            obj.set_expected_attach_type(name, _bpf.BPF_XDP_DEVMAP)
         if load_as:
             obj.set_type(name, load_as)
         obj.set_constants(constants)

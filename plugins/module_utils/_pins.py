@@ -16,10 +16,18 @@ lab hosts share one bpffs:
         link                                its bpf_link, when a link holds it
         owner                               the ownership record
         maps/<name>                         the program's maps, reused on reload
+    <pin_root>/<netns>/shared_maps/<set>/   a map set that attachments share (option shared_maps: <set>)
+        <name>                              the maps, pinned by name instead of each attachment's maps/
+        groups/<id>/                        a multicast group (ebpf.xdp.devmap_group) in the set's maps:
+            owner                           its record (id, name, egress program)
+            prog                            its devmap egress program, when it has one
 
-Other things the collection owns (a multicast group spanning interfaces, for
-one) get a PinDir of their own under <pin_root>/<netns>/ with their own
-record. bpffs holds only BPF objects, so a Record is a pinned one-entry BPF
+A map set lives as long as an attachment's record names it: state absent on
+the last one removes it (and the groups in it), unless keep_maps. An
+interface called shared_maps would have its hooks next to the sets; nothing
+else there is ambiguous, since a set name is one path component.
+Other things the collection owns get a PinDir of their own under
+<pin_root>/<netns>/ with their own record. bpffs holds only BPF objects, so a Record is a pinned one-entry BPF
 array whose value is a small JSON document: the state stays in bpffs and
 disappears with it (on reboot), never out of step with the kernel.
 """
@@ -30,6 +38,7 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import glob
 import json
 import os
 import shutil
@@ -73,6 +82,49 @@ def check_bpffs(pin_root: str) -> None:
 
 def attachment_dir(pin_root: str, netns_key: str, ifname: str, hook: str) -> str:
     return os.path.join(pin_root, netns_key, ifname, hook)
+
+
+SHARED_MAPS = "shared_maps"
+
+
+def shared_maps_dir(pin_root: str, netns_key: str, name: str) -> str:
+    """Where the map set `name` is pinned; the name must be one path component."""
+    if not name or "/" in name or name in (".", ".."):
+        raise PinError("shared_maps %r is not a usable name: give one word without '/'" % name)
+    return os.path.join(pin_root, netns_key, SHARED_MAPS, name)
+
+
+def shared_maps_users(pin_root: str, netns_key: str, name: str) -> list[str]:
+    """The attachment directories whose ownership record names the map set `name`."""
+    users = []
+    netns_dir = os.path.join(pin_root, netns_key)
+    for owner in sorted(glob.glob(os.path.join(glob.escape(netns_dir), "*", "*", "owner"))):
+        try:
+            record = Record(owner).read()
+        except (PinError, OSError):
+            continue  # not ours to judge; it does not keep the set either way
+        if record and record.get("shared_maps") == name:
+            users.append(os.path.dirname(owner))
+    return users
+
+
+def shared_maps_lock(name: str) -> str:
+    """The lock (see lock()) of the map set `name`: ':' is in no interface name."""
+    return SHARED_MAPS + ":" + name
+
+
+def release_shared_maps(pin_root: str, netns_key: str, name: str) -> bool:
+    """Remove the map set `name` (groups included) when no attachment names it any more; True if removed.
+
+    Takes the set's lock: an attachment loading into the set meanwhile keeps it.
+    """
+    directory = shared_maps_dir(pin_root, netns_key, name)
+    with lock(netns_key, shared_maps_lock(name)):
+        if not os.path.isdir(directory) or shared_maps_users(pin_root, netns_key, name):
+            return False
+        shutil.rmtree(directory)
+    prune_empty(os.path.dirname(directory), pin_root)
+    return True
 
 
 class Record:
@@ -145,16 +197,10 @@ class PinDir:
     def open_link(self) -> _bpf.Link:
         return _bpf.Link.from_pin(self.link_path)
 
-    def make(self) -> list[str]:
-        """Create the directories; return those that did not exist, deepest first (see undo)."""
-        created = []
-        path = self.maps_dir
-        while not os.path.isdir(path):
-            created.append(path)
-            path = os.path.dirname(path)
-        for path in reversed(created):
-            os.mkdir(path, 0o700)
-        return created
+    def make(self, maps: bool = True) -> list[str]:
+        """Create the directories (maps/ too unless the maps live elsewhere); return those that did not
+        exist, deepest first (see undo)."""
+        return make_dirs(self.maps_dir if maps else self.directory)
 
     @staticmethod
     def undo(created: list[str]) -> None:
@@ -194,6 +240,18 @@ class PinDir:
         if not keep_maps and os.path.isdir(self.maps_dir):
             shutil.rmtree(self.maps_dir)
         prune_empty(self.directory, self.pin_root)
+
+
+def make_dirs(directory: str) -> list[str]:
+    """Create directory and its missing parents; return those created, deepest first."""
+    created = []
+    path = directory
+    while not os.path.isdir(path):
+        created.append(path)
+        path = os.path.dirname(path)
+    for path in reversed(created):
+        os.mkdir(path, 0o700)
+    return created
 
 
 def prune_empty(path: str, stop: str) -> None:

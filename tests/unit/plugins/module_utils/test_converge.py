@@ -97,7 +97,7 @@ class FakePins:
     def exists(self):
         return self.made
 
-    def make(self):
+    def make(self, maps=True):
         created, self.made = ([] if self.made else [self.directory]), True
         return created
 

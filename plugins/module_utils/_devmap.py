@@ -1,0 +1,710 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) ebpf.xdp contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Multicast groups in a shared map set: reading them (facts) and converging one (devmap_group).
+
+Private to the ebpf.xdp collection: the interface may change without notice.
+
+The maps are those of files/bpf/include/mcast_groups.h, pinned in a map set
+(_pins: <pin_root>/<netns>/shared_maps/<set>/) by the multicast program's
+attachments: mcast_groups (group id -> a DEVMAP_HASH of members keyed by
+their own ifindex), mcast_addrs, mcast_config (flags, member count),
+mcast_frames/mcast_copies (per-CPU counters) and mcast_port_mac (the egress
+program's source MACs). A group changes by writes to these maps only, in the
+header's order (a new group: members, settings, the group, its addresses;
+removal in reverse), adding before removing, so the members that stay never
+miss a frame. The inner devmap of an existing group is edited in place. A
+failed run puts back what it wrote (a journal of undo steps).
+
+Each group has a record (_pins.Record) in <set>/groups/<id>/owner with its
+name and egress program; the program itself is pinned next to it (prog).
+Members and addresses live only in the maps. Everything runs inside the
+group's network namespace: the kernel resolves a devmap value's ifindex in
+the writer's namespace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import ipaddress
+import os
+import socket
+import struct
+
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _loader, _netdev, _netns, _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils._compile import sha256_file
+from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
+
+# The layout of files/bpf/include/mcast_groups.h.
+MAX_GROUPS = 256  # ids 1 .. MAX_GROUPS - 1; 0 is "no group"
+MAX_MEMBERS = 64
+KEY_MAC, KEY_IPV4, KEY_IPV6 = 1, 4, 6
+EXCLUDE_INGRESS = 1
+MAPS = ("mcast_groups", "mcast_addrs", "mcast_config", "mcast_frames", "mcast_copies", "mcast_port_mac")
+DEFAULT_SHARED_MAPS = "multicast"
+GROUPS_DIR = "groups"
+SIOCGIFHWADDR = 0x8927
+
+
+class GroupError(EbpfXdpError):
+    pass
+
+
+# ---------------------------------------------------------------- pure helpers
+
+
+def normalize_address(text: str) -> str:
+    """A multicast IPv4/IPv6 address or a group MAC (multicast or broadcast), in canonical form."""
+    value = str(text).strip()
+    if value.count(":") == 5 and "::" not in value and all(len(p) in (1, 2) for p in value.split(":")):
+        try:
+            raw = bytes(int(part, 16) for part in value.split(":"))
+        except ValueError:
+            raise GroupError("address %r is not an IP or MAC address" % text)
+        if not raw[0] & 1:
+            raise GroupError("address %s is a unicast MAC; a group takes multicast or broadcast MACs "
+                             "(first octet odd, e.g. 01:00:5e:01:01:01 or ff:ff:ff:ff:ff:ff)" % value)
+        return ":".join("%02x" % b for b in raw)
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        raise GroupError("address %r is not an IP or MAC address" % text)
+    if not address.is_multicast:
+        raise GroupError("address %s is not a multicast address; a group takes IPv4 224.0.0.0/4, IPv6 ff00::/8 "
+                         "or a multicast MAC" % value)
+    return str(address)
+
+
+def address_key(address: str) -> bytes:
+    """struct mcast_key of a normalized address."""
+    if ":" in address and address.count(":") == 5 and "::" not in address and len(address) == 17:
+        return struct.pack("<I", KEY_MAC) + bytes.fromhex(address.replace(":", "")).ljust(16, b"\0")
+    ip = ipaddress.ip_address(address)
+    return struct.pack("<I", KEY_IPV4 if ip.version == 4 else KEY_IPV6) + ip.packed.ljust(16, b"\0")
+
+
+def key_address(raw: bytes) -> str | None:
+    """The address of a struct mcast_key, or None for a kind this version does not know."""
+    kind = struct.unpack_from("<I", raw)[0]
+    if kind == KEY_IPV4:
+        return str(ipaddress.IPv4Address(raw[4:8]))
+    if kind == KEY_IPV6:
+        return str(ipaddress.IPv6Address(raw[4:20]))
+    if kind == KEY_MAC:
+        return ":".join("%02x" % b for b in raw[4:10])
+    return None
+
+
+def address_order(address: str):
+    """Sort key: IPv4, IPv6, then MACs, each by value."""
+    key = address_key(address)
+    return ({KEY_IPV4: 0, KEY_IPV6: 1, KEY_MAC: 2}[struct.unpack_from("<I", key)[0]], key[4:])
+
+
+def check_id(group_id: int) -> int:
+    if not 1 <= group_id < MAX_GROUPS:
+        raise GroupError("group id %d is out of range: ids run from 1 to %d (0 means no group)"
+                         % (group_id, MAX_GROUPS - 1))
+    return group_id
+
+
+def lowest_free_id(used) -> int:
+    for group_id in range(1, MAX_GROUPS):
+        if group_id not in used:
+            return group_id
+    raise GroupError("all %d group ids of the map set are taken" % (MAX_GROUPS - 1))
+
+
+def merge(current, listed, exclusive: bool) -> set:
+    """What a group should hold: exactly the listed (exclusive) or the current ones plus the listed."""
+    return set(listed) if exclusive else set(current) | set(listed)
+
+
+def member_value(ifindex: int, prog_fd: int = 0) -> bytes:
+    """struct bpf_devmap_val: the egress ifindex and a program fd (on write; the kernel answers its id)."""
+    return struct.pack("<Ii", ifindex, prog_fd)
+
+
+def config_value(flags: int, members: int) -> bytes:
+    return struct.pack("<HH", flags, members)
+
+
+def u32(value: int) -> bytes:
+    return struct.pack("<I", value)
+
+
+# ---------------------------------------------------------------- interfaces
+
+
+def interface_mac(ifname: str) -> bytes:
+    """The MAC of an interface of the current network namespace (sysfs would show the mount's namespace)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        answer = fcntl.ioctl(sock.fileno(), SIOCGIFHWADDR, struct.pack("256s", ifname.encode()[:15]))
+    return answer[18:24]
+
+
+def interface_name(ifindex: int) -> str:
+    try:
+        return socket.if_indextoname(ifindex)
+    except OSError:
+        return "ifindex %d" % ifindex
+
+
+def elsewhere(ifname: str, here: str) -> list[str]:
+    """The other network namespaces (by name, "host" for the initial one) that have an interface ifname."""
+    found = []
+    if here != "host":
+        try:
+            with open("/proc/1/net/dev") as dev:  # the initial namespace, seen through pid 1
+                if any(line.split(":")[0].strip() == ifname for line in dev if ":" in line):
+                    found.append("host")
+        except OSError:
+            pass
+    if os.path.isdir(_netns.NETNS_RUN_DIR):
+        for name in sorted(os.listdir(_netns.NETNS_RUN_DIR)):
+            if name == here:
+                continue
+            try:
+                with _netns.netns(name):
+                    socket.if_nametoindex(ifname)
+                found.append(name)
+            except (OSError, EbpfXdpError):
+                continue
+    return found
+
+
+def resolve_members(names: list[str], netns_key: str) -> dict[str, int]:
+    """name -> ifindex in the current namespace; a missing one is an error that says where it is, if anywhere."""
+    out = {}
+    for name in names:
+        try:
+            out[name] = _netns.ifindex(name)
+        except _netns.NotFoundError:
+            others = elsewhere(name, netns_key)
+            if others:
+                raise GroupError("member %s is not in network namespace %s but in %s: a group's members must be "
+                                 "in the namespace of its multicast program (netns: %s)"
+                                 % (name, netns_key, ", ".join(others), netns_key))
+            raise GroupError("member %s: no such interface in network namespace %s" % (name, netns_key))
+    return out
+
+
+def redirect_problem(ifname: str, ifindex: int) -> str | None:
+    """Why natively redirected copies cannot leave ifname now, or None (fine, or the kernel cannot tell)."""
+    try:
+        features = _netdev.xdp_features(ifindex)
+    except OSError:
+        return None
+    if features is None or features & _netdev.XDP_ACT_NDO_XMIT:
+        return None
+    return ("member %s cannot take natively redirected XDP frames now (xdp_features: %s): copies sent to it from "
+            "ports where the multicast program runs natively are dropped. For a veth, give its peer an XDP "
+            "program or enable GRO on the peer; or attach the multicast program in generic mode"
+            % (ifname, ", ".join(_netdev.feature_names(features)) or "none"))
+
+
+# ---------------------------------------------------------------- the map set
+
+
+class MapSet:
+    """The pinned maps of one map set, open until close()."""
+
+    def __init__(self, directory: str, name: str):
+        self.directory = directory
+        self.name = name
+        missing = [m for m in MAPS if not os.path.exists(os.path.join(directory, m))]
+        if missing:
+            raise GroupError(
+                "map set %r has no pinned %s in %s: attach the multicast program with shared_maps: %s first, "
+                "e.g. ebpf.xdp.xdp_program with object: <xdp_multicast.o>, program: xdp_multicast, shared_maps: %s "
+                "on each member port" % (name, ", ".join(missing), directory, name, name))
+        self.maps = {}
+        try:
+            for name_ in MAPS:
+                self.maps[name_] = _bpf.Map.from_pin(os.path.join(directory, name_))
+        except Exception:
+            self.close()
+            raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        for opened in self.maps.values():
+            opened.close()
+
+    def __getitem__(self, name: str) -> _bpf.Map:
+        return self.maps[name]
+
+    def group_ids(self) -> list[int]:
+        return sorted(struct.unpack("<I", key)[0] for key in self["mcast_groups"].keys())
+
+    def addresses(self) -> dict[str, int]:
+        """address -> group id."""
+        out = {}
+        for key, value in self["mcast_addrs"].items():
+            address = key_address(key)
+            if address is not None:
+                out[address] = struct.unpack_from("<I", value)[0]
+        return out
+
+    def config(self, group_id: int) -> tuple[int, int]:
+        """(flags, member count) as written."""
+        return struct.unpack_from("<HH", self["mcast_config"].lookup(u32(group_id)))
+
+    def members(self, group_id: int) -> dict[int, int] | None:
+        """ifindex -> egress program id of a group's devmap, or None when there is no such group."""
+        with self["mcast_groups"].inner(u32(group_id)) or _Nothing() as inner:
+            if inner is None:
+                return None
+            return {struct.unpack("<I", key)[0]: struct.unpack_from("<II", value)[1] for key, value in inner.items()}
+
+    def counter(self, name: str, group_id: int) -> int:
+        return sum(int.from_bytes(part, "little") for part in self[name].lookup(u32(group_id)))
+
+    def records(self) -> dict[int, dict]:
+        """group id -> record, for every group directory of the set."""
+        out = {}
+        groups = os.path.join(self.directory, GROUPS_DIR)
+        for entry in sorted(os.listdir(groups)) if os.path.isdir(groups) else []:
+            record = _pins.Record(os.path.join(groups, entry, "owner")).read()
+            if record and entry.isdigit():
+                out[int(entry)] = record
+        return out
+
+
+class _Nothing:
+    """`with` target for a missing inner map."""
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def group_pins(set_dir: str, pin_root: str, group_id: int) -> _pins.PinDir:
+    return _pins.PinDir(pin_root, os.path.join(set_dir, GROUPS_DIR, str(group_id)))
+
+
+def read_groups(set_dir: str, name: str) -> list[dict]:
+    """Every group of a map set as the facts show it (interface names from the current namespace)."""
+    with MapSet(set_dir, name) as mset:
+        records = mset.records()
+        by_group = {}
+        for address, group_id in mset.addresses().items():
+            by_group.setdefault(group_id, []).append(address)
+        out = []
+        for group_id in mset.group_ids():
+            members = mset.members(group_id)
+            if members is None:
+                continue  # removed while we read
+            flags, _count = mset.config(group_id)
+            record = records.get(group_id, {})
+            out.append({
+                "id": group_id, "name": record.get("name"),
+                "members": [{"name": interface_name(i), "ifindex": i} for i in sorted(members)],
+                "addresses": sorted(by_group.get(group_id, []), key=address_order),
+                "exclude_ingress": bool(flags & EXCLUDE_INGRESS),
+                "egress_program": (record.get("egress") or {}).get("program_name"),
+                "frames": mset.counter("mcast_frames", group_id),
+                "copies": mset.counter("mcast_copies", group_id),
+                "owner": "ebpf.xdp" if record else "unmanaged",
+            })
+        return out
+
+
+def map_sets(pin_root: str, netns_key: str) -> dict[str, str]:
+    """name -> directory of the map sets of a namespace that hold multicast groups (an mcast_groups map)."""
+    root = os.path.join(pin_root, netns_key, _pins.SHARED_MAPS)
+    if not os.path.isdir(root):
+        return {}
+    return {name: os.path.join(root, name) for name in sorted(os.listdir(root))
+            if os.path.exists(os.path.join(root, name, "mcast_groups"))}
+
+
+# ---------------------------------------------------------------- converging one group
+
+
+class Journal:
+    """Undo steps of the writes done so far, run in reverse when a later write fails; and the fds
+    the writes need kept open until the end (an inner map taken out of its group, say)."""
+
+    def __init__(self):
+        self.steps = []
+        self.held = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for obj in reversed(self.held):
+            obj.close()
+
+    def hold(self, obj):
+        self.held.append(obj)
+        return obj
+
+    def did(self, undo) -> None:
+        self.steps.append(undo)
+
+    def run(self, work) -> None:
+        """work(); when it fails, undo what it did, and say so if that fails too."""
+        try:
+            work()
+        except Exception as exc:
+            failed = []
+            for undo in reversed(self.steps):
+                try:
+                    undo()
+                except Exception as again:  # keep undoing the rest; report what stayed
+                    failed.append(str(again))
+            if failed:
+                raise GroupError("%s; undoing the writes before it failed too, the group may be half changed: %s"
+                                 % (exc, "; ".join(failed))) from exc
+            raise
+
+
+def restore_value(target: _bpf.Map, key: bytes, old: bytes) -> None:
+    """Write back a value as a lookup answered it: programs and inner maps come back as ids, go in as fds."""
+    if target.info["type"] == "devmap_hash":
+        ifindex, prog_id = struct.unpack_from("<II", old)
+        if not prog_id:
+            target.update(key, member_value(ifindex))
+            return
+        with _bpf.Program.from_id(prog_id) as prog:
+            target.update(key, member_value(ifindex, prog.fd))
+    elif target.info["type"] == "hash_of_maps":
+        with _bpf.Map.from_id(struct.unpack_from("<I", old)[0]) as inner:
+            target.update(key, struct.pack("<i", inner.fd))
+    else:
+        target.update(key, old)
+
+
+def put(journal: Journal, target: _bpf.Map, key: bytes, value: bytes, flags: int = _bpf.BPF_ANY) -> None:
+    old = target.lookup(key)
+    target.update(key, value, flags)
+    if old is None:
+        journal.did(lambda: target.delete(key))
+    else:
+        journal.did(lambda: restore_value(target, key, old))
+
+
+def delete(journal: Journal, target: _bpf.Map, key: bytes) -> None:
+    old = target.lookup(key)
+    if target.delete(key) and old is not None:
+        journal.did(lambda: restore_value(target, key, old))
+
+
+@dataclasses.dataclass
+class Wanted:
+    """A devmap_group task, normalized."""
+
+    name: str | None
+    group_id: int | None
+    shared_maps: str
+    state: str
+    members: list[str]
+    addresses: list[str]
+    exclude_ingress: bool | None  # None: an existing group keeps its setting, a new one excludes
+    exclusive: bool
+    egress: dict | None
+
+    @classmethod
+    def from_params(cls, params: dict) -> Wanted:
+        group_id = params.get("id")
+        if group_id is not None:
+            check_id(group_id)
+        seen = []
+        for address in params.get("addresses") or []:
+            normal = normalize_address(address)
+            if normal not in seen:
+                seen.append(normal)
+        members = []
+        for member in params.get("members") or []:
+            if member not in members:
+                members.append(member)
+        egress = params.get("egress_program")
+        if egress is not None and not egress.get("object"):
+            raise GroupError("egress_program needs an object (and optionally a program)")
+        return cls(name=params.get("name"), group_id=group_id, shared_maps=params.get("shared_maps") or
+                   DEFAULT_SHARED_MAPS, state=params.get("state", "present"), members=members, addresses=seen,
+                   exclude_ingress=params.get("exclude_ingress"), exclusive=params.get("exclusive", False),
+                   egress=egress)
+
+
+def describe(group_id, name, members: dict[int, int] | None, addresses, flags: int, egress: dict | None) -> dict:
+    """A group's state as results and diffs show it; {"present": False} for none."""
+    if members is None:
+        return {"present": False}
+    return {"present": True, "id": group_id, "name": name,
+            "members": sorted(interface_name(i) for i in members),
+            "addresses": sorted(addresses, key=address_order),
+            "exclude_ingress": bool(flags & EXCLUDE_INGRESS),
+            "egress_program": dict((k, egress.get(k)) for k in ("object", "program")) if egress else None}
+
+
+class GroupManager:
+    """Converges one group of a map set to a Wanted state; run it inside the group's namespace."""
+
+    def __init__(self, wanted: Wanted, pin_root: str, netns_key: str, check_mode: bool):
+        self.wanted = wanted
+        self.pin_root = pin_root
+        self.netns_key = netns_key
+        self.check_mode = check_mode
+        self.set_dir = _pins.shared_maps_dir(pin_root, netns_key, wanted.shared_maps)
+        self.warnings: list[str] = []
+        self.no_native_redirect: list[str] = []
+
+    # ------------------------------------------------------------ which group
+
+    def find(self, mset: MapSet) -> tuple[int | None, dict | None]:
+        """(group id, its record): the task's group; id None for a new named group in check of absent."""
+        w = self.wanted
+        records = mset.records()
+        by_name = {r.get("name"): gid for gid, r in records.items() if r.get("name")}
+        existing = set(mset.group_ids())
+        if w.group_id is not None:
+            if w.name and w.name in by_name and by_name[w.name] != w.group_id:
+                raise GroupError("group %s has id %d in map set %s, not %d; name the group by its id or "
+                                 "remove it first" % (w.name, by_name[w.name], w.shared_maps, w.group_id))
+            record = records.get(w.group_id)
+            if record and w.name and record.get("name") not in (None, w.name):
+                raise GroupError("group id %d of map set %s is group %s, not %s"
+                                 % (w.group_id, w.shared_maps, record.get("name"), w.name))
+            group_id = w.group_id
+        elif w.name in by_name:
+            group_id = by_name[w.name]
+            record = records[group_id]
+        else:
+            if w.state == "absent":
+                return None, None
+            group_id = lowest_free_id(existing | set(records))
+            record = None
+        if group_id in existing and record is None:
+            raise GroupError("group id %d is in map set %s but ebpf.xdp.devmap_group did not create it (no record "
+                             "in %s); leave it alone or remove it from mcast_groups by hand, and use another id"
+                             % (group_id, w.shared_maps, group_pins(self.set_dir, self.pin_root, group_id).directory))
+        return group_id, record
+
+    # ------------------------------------------------------------ run
+
+    def run(self) -> dict:
+        w = self.wanted
+        if not all(os.path.exists(os.path.join(self.set_dir, m)) for m in MAPS):
+            if w.state == "absent":
+                return self._result(False, None, None, {"present": False}, {"present": False}, {}, [])
+            if self.check_mode:
+                self.warnings.append("map set %s does not exist yet in %s; the group would be created once the "
+                                     "multicast program is attached with shared_maps: %s"
+                                     % (w.shared_maps, self.set_dir, w.shared_maps))
+                return self._result(True, w.group_id, w.name, {"present": False}, {"present": True}, {}, [])
+        with MapSet(self.set_dir, w.shared_maps) as mset:
+            group_id, record = self.find(mset)
+            members = mset.members(group_id) if group_id else None
+            addresses = {a for a, g in mset.addresses().items() if g == group_id}
+            flags, count = mset.config(group_id) if group_id else (0, 0)
+            egress = (record or {}).get("egress")
+            before = describe(group_id, (record or {}).get("name"), members, addresses, flags, egress)
+            if w.state == "absent":
+                return self._absent(mset, group_id, record, members, addresses, before)
+            return self._present(mset, group_id, record, members or {}, addresses, (flags, count), before)
+
+    def _result(self, changed, group_id, name, before, after, members: dict, addresses) -> dict:
+        return {"changed": changed, "id": group_id, "name": name, "shared_maps": self.wanted.shared_maps,
+                "members": [{"name": n, "ifindex": i} for n, i in sorted(members.items())],
+                "addresses": sorted(addresses, key=address_order),
+                "exclude_ingress": after.get("exclude_ingress"),
+                "egress_program": after.get("egress_program"),
+                "pin_dir": group_pins(self.set_dir, self.pin_root, group_id).directory if group_id else None,
+                "no_native_redirect": self.no_native_redirect,
+                "diff": {"before": before, "after": after}}
+
+    # ------------------------------------------------------------ absent
+
+    def _absent(self, mset, group_id, record, members, addresses, before) -> dict:
+        name = (record or {}).get("name") or self.wanted.name
+        pins = group_pins(self.set_dir, self.pin_root, group_id) if group_id else None
+        if members is None and not (pins and pins.exists()):
+            return self._result(False, group_id, name, before, before, {}, [])
+        if not self.check_mode:
+            with Journal() as journal:
+                journal.run(lambda: self._remove_group(mset, journal, group_id, members or {}, addresses))
+            pins.remove()
+        return self._result(True, group_id, name, before, {"present": False}, {}, [])
+
+    def _remove_group(self, mset, journal, group_id, members, addresses) -> None:
+        """In reverse of adding: addresses, the group, its settings; the devmap goes with its last reference."""
+        for address in addresses:
+            delete(journal, mset["mcast_addrs"], address_key(address))
+        # Held until the end, so that an undo can put the very same devmap back.
+        inner = mset["mcast_groups"].inner(u32(group_id))
+        if inner is not None:
+            journal.hold(inner)
+            delete(journal, mset["mcast_groups"], u32(group_id))
+        put(journal, mset["mcast_config"], u32(group_id), config_value(0, 0))
+        self._drop_port_macs(mset, journal, set(members), group_id)
+
+    # ------------------------------------------------------------ present
+
+    def _present(self, mset, group_id, record, members, addresses, config, before) -> dict:
+        w = self.wanted
+        listed = resolve_members(w.members, self.netns_key)
+        names = {i: n for n, i in listed.items()}
+        want_members = merge(members, listed.values(), w.exclusive)
+        for ifindex in want_members:
+            names.setdefault(ifindex, interface_name(ifindex))
+        if len(want_members) > MAX_MEMBERS:
+            raise GroupError("group would have %d members; a group holds at most %d"
+                             % (len(want_members), MAX_MEMBERS))
+        want_addresses = merge(addresses, w.addresses, w.exclusive)
+        owners = mset.addresses()
+        taken = sorted(a for a in want_addresses if owners.get(a, group_id) != group_id)
+        if taken:
+            raise GroupError("address %s already belongs to group %d of map set %s; remove it there first"
+                             % (taken[0], owners[taken[0]], w.shared_maps))
+        new_addresses = want_addresses - addresses
+        room = mset["mcast_addrs"].info["max_entries"] - len(owners)
+        if len(new_addresses) > room:
+            raise GroupError("map set %s has room for %d more addresses, not %d"
+                             % (w.shared_maps, room, len(new_addresses)))
+        exclude = w.exclude_ingress
+        if exclude is None:
+            exclude = bool(config[0] & EXCLUDE_INGRESS) if before.get("present") else True
+        flags = EXCLUDE_INGRESS if exclude else 0
+        egress, load_egress = self._egress_plan(group_id, record)
+        name = w.name or (record or {}).get("name")
+        after = describe(group_id, name, dict.fromkeys(want_members, 0), want_addresses, flags, egress)
+        self.no_native_redirect = []
+        for ifindex in sorted(want_members):
+            problem = redirect_problem(names[ifindex], ifindex)
+            if problem:
+                self.no_native_redirect.append(names[ifindex])
+                self.warnings.append(problem)
+        exists = bool(record) and mset.members(group_id) is not None
+        prog_id = (egress or {}).get("prog_id", 0)
+        changed = (not exists or load_egress or before != after or config != (flags, len(want_members))
+                   or any(members[i] != prog_id for i in want_members if i in members)
+                   or (record or {}).get("name") != name)
+        result_members = {names[i]: i for i in want_members}
+        if not changed or self.check_mode:
+            return self._result(changed, group_id, name, before, after, result_members, want_addresses)
+        pins = group_pins(self.set_dir, self.pin_root, group_id)
+        created = pins.make(maps=False)
+        try:
+            with Journal() as journal:
+                prog = None
+                if load_egress:
+                    loaded = journal.hold(self._load_egress(egress))
+                    prog = loaded.program
+                elif egress:
+                    prog = journal.hold(_bpf.Program.from_id(egress["prog_id"]))
+                journal.run(lambda: self._write(mset, journal, group_id, exists, members, want_members, addresses,
+                                                want_addresses, flags, prog))
+                if load_egress:
+                    pins.replace_pin(prog, pins.prog_path)  # the old program goes with its pin
+                elif egress is None and os.path.exists(pins.prog_path):
+                    os.unlink(pins.prog_path)
+            pins.record.write({"id": group_id, "name": name, "shared_maps": w.shared_maps, "egress": egress})
+        except Exception:
+            if not exists:
+                pins.undo(created)
+            raise
+        return self._result(True, group_id, name, before, after, result_members, want_addresses)
+
+    def _egress_plan(self, group_id, record) -> tuple[dict | None, bool]:
+        """(the egress program the group should have, whether it must be loaded)."""
+        spec = self.wanted.egress
+        if not spec:
+            return None, False
+        path = spec["object"]
+        if not os.path.isfile(path):
+            if self.check_mode:
+                self.warnings.append("object %s does not exist yet; its egress program would be loaded once it "
+                                     "does" % path)
+                return {"object": path, "program": spec.get("program")}, True
+            raise _loader.LoadError("object file %s does not exist; compile it with ebpf.xdp.bpf_object" % path)
+        wanted = {"object": path, "object_sha256": sha256_file(path), "program": spec.get("program")}
+        current = (record or {}).get("egress") or {}
+        pinned = group_pins(self.set_dir, self.pin_root, group_id).prog_path
+        if all(current.get(k) == v for k, v in wanted.items()) and os.path.exists(pinned):
+            with _bpf.Program.from_pin(pinned) as prog:
+                if prog.info()["id"] == current.get("prog_id"):
+                    return current, False
+        return wanted, True
+
+    def _load_egress(self, egress: dict) -> _loader.Loaded:
+        """Load the egress program over the set's maps (it reads mcast_port_mac); egress learns its id and tag."""
+        loaded = _loader.load(egress["object"], egress.get("program"), "xdp", maps_dir=self.set_dir, devmap=True)
+        egress.update(program_name=loaded.name, prog_id=loaded.info["id"], tag=loaded.info["tag"])
+        return loaded
+
+    def _write(self, mset, journal, group_id, exists, members, want_members, addresses, want_addresses, flags,
+               prog) -> None:
+        """Add, then change, then remove: the members that stay never miss a frame."""
+        prog_fd = prog.fd if prog is not None else 0
+        prog_id = prog.info()["id"] if prog is not None else 0
+        key = u32(group_id)
+        if prog is not None:
+            for ifindex in sorted(want_members):
+                put(journal, mset["mcast_port_mac"], u32(ifindex), interface_mac(interface_name(ifindex)))
+        if not exists:
+            inner = journal.hold(_bpf.Map.create(_bpf.BPF_MAP_TYPE_DEVMAP_HASH, "mcast_g%d" % group_id, 4, 8,
+                                                 MAX_MEMBERS))
+            for ifindex in sorted(want_members):
+                inner.update(u32(ifindex), member_value(ifindex, prog_fd), _bpf.BPF_NOEXIST)
+            put(journal, mset["mcast_config"], key, config_value(flags, len(want_members)))
+            for counter in ("mcast_frames", "mcast_copies"):
+                mset[counter].update(key, b"")  # a reused id starts from zero
+            put(journal, mset["mcast_groups"], key, struct.pack("<i", inner.fd), _bpf.BPF_NOEXIST)
+        else:
+            inner = journal.hold(mset["mcast_groups"].inner(key))
+            for ifindex in sorted(want_members - set(members)):
+                put(journal, inner, u32(ifindex), member_value(ifindex, prog_fd), _bpf.BPF_NOEXIST)
+            for ifindex in sorted(want_members & set(members)):
+                if members[ifindex] != prog_id:
+                    put(journal, inner, u32(ifindex), member_value(ifindex, prog_fd), _bpf.BPF_EXIST)
+            put(journal, mset["mcast_config"], key, config_value(flags, len(want_members | set(members))))
+        for address in sorted(want_addresses - addresses, key=address_order):
+            put(journal, mset["mcast_addrs"], address_key(address), key, _bpf.BPF_NOEXIST)
+        for address in sorted(addresses - want_addresses, key=address_order):
+            delete(journal, mset["mcast_addrs"], address_key(address))
+        if exists:
+            gone = set(members) - want_members
+            for ifindex in sorted(gone):
+                delete(journal, inner, u32(ifindex))
+            put(journal, mset["mcast_config"], key, config_value(flags, len(want_members)))
+            self._drop_port_macs(mset, journal, gone, group_id)
+
+    def _drop_port_macs(self, mset, journal, ports, group_id) -> None:
+        """A port's MAC entry goes when no other group of the set has the port as a member."""
+        if not ports:
+            return
+        still = set()
+        for other in mset.group_ids():
+            if other != group_id:
+                still |= set(mset.members(other) or {})
+        for ifindex in sorted(set(ports) - still):
+            delete(journal, mset["mcast_port_mac"], u32(ifindex))
+
+
+def converge(params: dict, check_mode: bool) -> tuple[dict, list[str]]:
+    """devmap_group's work: in the namespace, under the map set's lock (outside check mode); (result, warnings)."""
+    wanted = Wanted.from_params(params)
+    with _netns.netns(params.get("netns")):
+        key = _netns.netns_key(params.get("netns"))
+        manager = GroupManager(wanted, params["pin_root"], key, check_mode)
+        if check_mode:
+            result = manager.run()
+        else:
+            _pins.check_bpffs(params["pin_root"])
+            # The set's lock: attachments loading into the set, other groups' id choices and writes wait.
+            with _pins.lock(key, _pins.shared_maps_lock(wanted.shared_maps)):
+                result = manager.run()
+    return dict(result, netns=params.get("netns")), manager.warnings

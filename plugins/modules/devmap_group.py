@@ -1,0 +1,265 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) ebpf.xdp contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: devmap_group
+short_description: Declare a multicast group of the XDP multicast program
+version_added: 0.3.0
+description:
+  - Manages one multicast group of C(xdp_multicast) (C(files/bpf/xdp_multicast.bpf.c)), the XDP program that
+    copies a frame to every member port of its group with C(bpf_redirect_map()) and C(BPF_F_BROADCAST) over a
+    devmap per group.
+  - The group lives in the maps of a shared map set (O(shared_maps)), which M(ebpf.xdp.xdp_program) pins when it
+    attaches the multicast program with the same O(shared_maps) on each port. Attach the program first; a
+    missing map set is an error that says so.
+  - Changes are writes to the pinned maps only, never a program reload. A new group's members, settings, devmap
+    and addresses are written in that order; an existing group's devmap is edited in place, adding before
+    removing, so the members that stay never miss a frame. A failed run undoes its writes.
+  - A frame belongs to a group by its multicast destination IP (IPv4 or IPv6) or, failing that, its destination
+    MAC (see O(addresses)). A port that is not a member can still feed a group.
+  - Two runs are the same when the members, addresses, O(exclude_ingress) and egress program (the object's
+    SHA-256 and program name) in the maps and the group's record match the task.
+author:
+  - ebpf.xdp developers (@ebpf-xdp)
+requirements:
+  - libbpf >= 1.0 (C(libbpf.so.1)) on the managed host
+  - root (C(CAP_BPF), C(CAP_NET_ADMIN), C(CAP_SYS_ADMIN)) and a mounted bpffs
+extends_documentation_fragment:
+  - ebpf.xdp.attributes
+  - ebpf.xdp.pin_root
+options:
+  name:
+    description:
+      - Name of the group, unique in its map set. A name without O(id) finds the group of that name, or gives a
+        new group the lowest free id (kept in the group's record).
+      - At least one of O(name) and O(id) is required.
+    type: str
+  id:
+    description:
+      - Group id, from 1 to 255 (0 means "no group" to the program). With O(name), both must agree with an
+        existing group.
+    type: int
+  shared_maps:
+    description:
+      - The map set of the multicast program, as given to
+        O(ebpf.xdp.xdp_program#module:shared_maps) of M(ebpf.xdp.xdp_program).
+    type: str
+    default: multicast
+  netns:
+    description:
+      - Network namespace under C(/run/netns) of the ports (the multicast program's and the members), instead of
+        the one the module runs in. Members are interface names of this namespace; one in another namespace is
+        an error.
+    type: str
+  members:
+    description:
+      - Interface names of the member ports. Each gets a copy of every frame of the group, resolved to its
+        ifindex in O(netns).
+      - Without O(exclusive), the listed members are added and others stay.
+    type: list
+    elements: str
+    default: []
+  addresses:
+    description:
+      - Destinations that make a frame one of this group's - multicast IPv4 (C(224.0.0.0/4)) or IPv6 (C(ff00::/8))
+        addresses, or multicast/broadcast MACs (for frames no IP address matched, for example
+        C(ff:ff:ff:ff:ff:ff) for ARP broadcasts). A unicast address is an error, and so is an address of another
+        group of the set.
+      - Without O(exclusive), the listed addresses are added and others stay.
+    type: list
+    elements: str
+    default: []
+  exclude_ingress:
+    description:
+      - Whether the port a frame came in by is left out of its copies (C(BPF_F_EXCLUDE_INGRESS)). V(false) sends it
+        a copy too, as the kernel's own multicast selftest expects for an ARP broadcast.
+      - When omitted, a new group excludes the ingress port and an existing group keeps its setting.
+    type: bool
+  exclusive:
+    description:
+      - Remove the members and addresses that are not listed, instead of only adding the listed ones.
+    type: bool
+    default: false
+  egress_program:
+    description:
+      - A devmap egress program that runs on each member's copy before it leaves, such as C(xdp_egress_mac) of
+        C(xdp_multicast.bpf.c), which writes the egress port's own MAC as the source address (the module writes
+        each member's MAC into C(mcast_port_mac)).
+      - It is loaded as a devmap program (attach type C(BPF_XDP_DEVMAP)) over the map set's maps, pinned in the
+        group's directory and set in every member's devmap value. Omitting it removes the group's egress program.
+    type: dict
+    suboptions:
+      object:
+        description: Path of the compiled BPF object on the managed host.
+        type: path
+        required: true
+      program:
+        description:
+          - Function name of the program; may be omitted when the object holds one devmap program
+            (C(SEC("xdp/devmap"))).
+        type: str
+  state:
+    description:
+      - V(present) creates or converges the group; V(absent) removes it (its addresses, its devmap and its
+        settings) from the map set.
+    type: str
+    choices: [present, absent]
+    default: present
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+    details:
+      - The diff shows the group's members (by name), addresses, O(exclude_ingress) and egress program before
+        and after.
+  idempotent:
+    support: full
+notes:
+  - Copies into a veth are taken natively only while its peer has an XDP program (or GRO). The module warns,
+    and lists the member in RV(no_native_redirect), when the kernel's C(xdp_features) say a member cannot take
+    natively redirected frames now.
+  - The group's record and egress program are pinned in C(<pin_root>/<netns>/shared_maps/<set>/groups/<id>/);
+    removing the last attachment of the map set (without O(ebpf.xdp.xdp_program#module:keep_maps)) removes its
+    groups too.
+  - P(ebpf.xdp.xdp_facts#module) shows the groups of every map set with their counters.
+seealso:
+  - module: ebpf.xdp.xdp_program
+  - module: ebpf.xdp.xdp_facts
+"""
+
+EXAMPLES = r"""
+- name: The multicast program on every switch port, sharing one map set
+  ebpf.xdp.xdp_program:
+    interface: "{{ item }}"
+    object: /var/lib/ebpf_xdp/objects/xdp_multicast.o
+    program: xdp_multicast
+    shared_maps: multicast
+  loop: [eth1, eth2, eth3, eth4]
+
+- name: A video group on three ports
+  ebpf.xdp.devmap_group:
+    name: video
+    members: [eth2, eth3, eth4]
+    addresses: [239.1.1.1, "ff0e::1:1"]
+
+- name: ARP broadcasts to every port, the sender included, with each port's own source MAC
+  ebpf.xdp.devmap_group:
+    name: arp
+    id: 200
+    members: [eth1, eth2, eth3, eth4]
+    addresses: ["ff:ff:ff:ff:ff:ff"]
+    exclude_ingress: false
+    egress_program:
+      object: /var/lib/ebpf_xdp/objects/xdp_multicast.o
+      program: xdp_egress_mac
+
+- name: Exactly these members now (eth4 leaves, the others keep receiving)
+  ebpf.xdp.devmap_group:
+    name: video
+    members: [eth2, eth3]
+    addresses: [239.1.1.1, "ff0e::1:1"]
+    exclusive: true
+
+- name: Remove the group
+  ebpf.xdp.devmap_group:
+    name: video
+    state: absent
+"""
+
+RETURN = r"""
+id:
+  description: The group's id (null when an absent group had none).
+  returned: always
+  type: int
+  sample: 1
+name:
+  description: The group's name, or null.
+  returned: always
+  type: str
+  sample: video
+shared_maps:
+  description: The map set.
+  returned: always
+  type: str
+  sample: multicast
+members:
+  description: The members after the task, by name and ifindex (empty when absent).
+  returned: always
+  type: list
+  elements: dict
+  sample: [{name: eth2, ifindex: 4}, {name: eth3, ifindex: 5}]
+addresses:
+  description: The group's addresses after the task, in canonical form (IPv4, IPv6, then MACs).
+  returned: always
+  type: list
+  elements: str
+  sample: [239.1.1.1, "ff0e::1:1"]
+exclude_ingress:
+  description: Whether the ingress port is left out of the copies (null when absent).
+  returned: always
+  type: bool
+egress_program:
+  description: The egress program's object and program name, or null.
+  returned: always
+  type: dict
+  sample: {object: /var/lib/ebpf_xdp/objects/xdp_multicast.o, program: xdp_egress_mac}
+no_native_redirect:
+  description:
+    - Members whose device cannot take natively redirected XDP frames now (kernel C(xdp_features) without
+      C(ndo-xmit)); copies to them from natively attached ports are dropped. A warning says what to do.
+  returned: always
+  type: list
+  elements: str
+  sample: [eth4]
+pin_dir:
+  description: The group's pin directory (its record and egress program).
+  returned: always
+  type: str
+  sample: /sys/fs/bpf/ebpf_xdp/host/shared_maps/multicast/groups/1
+netns:
+  description: The network namespace given, or null.
+  returned: always
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _devmap
+
+
+def main():
+    argument_spec = dict(
+        name=dict(type="str"),
+        id=dict(type="int"),
+        shared_maps=dict(type="str", default=_devmap.DEFAULT_SHARED_MAPS),
+        netns=dict(type="str"),
+        members=dict(type="list", elements="str", default=[]),
+        addresses=dict(type="list", elements="str", default=[]),
+        exclude_ingress=dict(type="bool"),
+        exclusive=dict(type="bool", default=False),
+        egress_program=dict(type="dict", options=dict(object=dict(type="path", required=True),
+                                                      program=dict(type="str"))),
+        state=dict(type="str", choices=["present", "absent"], default="present"),
+    )
+    argument_spec.update(_common.PIN_ROOT_ARGS)
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
+                           required_one_of=[("name", "id")])
+    _common.require_libraries(module, pyroute2=False)
+    _common.require_privileges(module)
+    try:
+        result, warnings = _devmap.converge(module.params, module.check_mode)
+    except _common.KNOWN_ERRORS as exc:
+        _common.fail_from(module, exc, changed=False)
+    for warning in warnings:
+        module.warn(warning)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,466 @@
+"""ebpf.xdp.devmap_group and shared map sets on real veth ports.
+
+A switch namespace holds ports p0..pN-1 whose peers h0..hN-1 (the hosts'
+ends) share a second namespace (test_multicast_programs.Ports).
+xdp_program attaches xdp_multicast with shared_maps on every switch port,
+through one playbook; every host end runs an xdp_drop_count of its own with
+XDP_PASS, which counts what arrives there (and lets native redirects into
+the veth in). Groups are declared with the module, the way a playbook does.
+"""
+
+import contextlib
+import json
+import os
+import re
+import socket
+import struct
+import subprocess
+import tempfile
+import threading
+
+import pytest
+
+from conftest import BPF_DIR, ROOT, SYSTEM_PYTHON, VENV_PYTHON, assert_rhythm, compile_bpf
+from test_multicast_programs import BROADCAST, SRC_IP, Ports, arp_broadcast, counting_hosts, sniffer, sources, udp_to
+from test_tc_redirect_programs import eventually
+
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _devmap, _facts, _frames, _netns
+
+SET = "multicast"
+V4, V4_MAC = "239.1.1.1", "01:00:5e:01:01:01"
+
+
+@pytest.fixture(scope="module")
+def mcast_obj(tmp_path_factory):
+    return compile_bpf(os.path.join(BPF_DIR, "xdp_multicast.bpf.c"),
+                       tmp_path_factory.mktemp("mcast") / "xdp_multicast.o", [os.path.join(BPF_DIR, "include")])
+
+
+@pytest.fixture(scope="module")
+def tc_obj(tmp_path_factory):
+    return compile_bpf(os.path.join(BPF_DIR, "tc_redirect.bpf.c"),
+                       tmp_path_factory.mktemp("tc") / "tc_redirect.o", [os.path.join(BPF_DIR, "include")])
+
+
+def play(tasks, python=SYSTEM_PYTHON):
+    """Run tasks in one playbook on localhost; the per-task results (a loop's under "results")."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", dir="/tmp", delete=False) as handle:
+        json.dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}], handle)
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+               ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"),
+               ANSIBLE_INVENTORY_UNPARSED_WARNING="false", ANSIBLE_LOCALHOST_WARNING="false")
+    try:
+        proc = subprocess.run([os.path.join(os.path.dirname(VENV_PYTHON), "ansible-playbook"), "-i", "localhost,",
+                               "-c", "local", "-e", "ansible_python_interpreter=%s" % python, handle.name],
+                              capture_output=True, text=True, env=env, cwd="/tmp", check=False)
+    finally:
+        os.unlink(handle.name)
+    out = json.loads(proc.stdout)
+    return [task["hosts"]["localhost"] for task in out["plays"][0]["tasks"]]
+
+
+class Switch:
+    """Ports with xdp_multicast attached by xdp_program (shared_maps), counting host ends, and the group module."""
+
+    def __init__(self, ports, hosts, run, pin_root):
+        self.ports = ports
+        self.hosts = hosts
+        self.run = run
+        self.pin_root = pin_root
+        self.set_dir = os.path.join(pin_root, ports.sw, "shared_maps", SET)
+
+    def group(self, check=False, diff=False, **args):
+        args = dict(args, netns=self.ports.sw, pin_root=self.pin_root)
+        return self.run("devmap_group", args, check=check, diff=diff)
+
+    def ok(self, **args):
+        res = self.group(**args)
+        assert not res.get("failed"), res
+        return res
+
+    def received(self, port):
+        if self.hosts[port] is None:
+            return None
+        with self.hosts[port].open_map("proto_count") as counters:
+            return _facts.read_counters(counters)
+
+    def all_received(self):
+        return [self.received(port) for port in range(self.ports.count)]
+
+    def send(self, port, frames, count):
+        with _netns.netns(self.ports.hosts):
+            sent, _seconds = _frames.send("h%d" % port, frames, count, rate=20000)
+        assert set(sent.values()) == {count}, sent
+
+    def udp(self, port=0, group_ip=V4, group_mac=V4_MAC):
+        return udp_to(self.ports, port, group_ip, group_mac)
+
+    def prog_ids(self):
+        with _netns.netns(self.ports.sw):
+            return [_bpf.xdp_query(index)["prog_id"] for index in self.ports.ifindex]
+
+    def maps_state(self):
+        """Everything a group manager writes, read back: to prove a failed task changed nothing."""
+        with _devmap.MapSet(self.set_dir, SET) as mset:
+            state = {name: sorted(mset[name].items()) for name in ("mcast_addrs", "mcast_config", "mcast_port_mac")}
+            state["groups"] = {gid: (mset["mcast_groups"].lookup(_devmap.u32(gid)), mset.members(gid))
+                               for gid in mset.group_ids()}
+        state["pins"] = sorted(os.path.relpath(os.path.join(d, f), self.pin_root)
+                               for d, _dirs, files in os.walk(self.pin_root) for f in files)
+        return state
+
+
+def attach_tasks(ports, mcast_obj, mode, pin_root, shared=SET, state="present", **extra):
+    return [{"name": "multicast program on every port", "ebpf.xdp.xdp_program": dict(
+        interface="{{ item }}", netns=ports.sw, object=mcast_obj, program="xdp_multicast", mode=mode,
+        shared_maps=shared, pin_root=pin_root, state=state, **extra),
+        "loop": ["p%d" % i for i in range(ports.count)]}]
+
+
+@contextlib.contextmanager
+def switch(count, mcast_obj, drop_obj, run, pin_root, mode="generic", bare=()):
+    ports = Ports(count)
+    try:
+        ports.up()
+        with contextlib.ExitStack() as stack:
+            hosts = counting_hosts(ports, drop_obj, stack, bare)
+            [attached] = play(attach_tasks(ports, mcast_obj, mode, pin_root))
+            assert attached.get("changed") and not attached.get("failed"), attached
+            yield Switch(ports, hosts, run, pin_root)
+    finally:
+        ports.down()
+
+
+# ---------------------------------------------------------------- shared map sets (xdp_program, tc_program)
+
+
+def test_one_map_set_for_every_port_removed_with_the_last_attachment(run_distro, mcast_obj, pin_root):
+    with contextlib.ExitStack() as stack:
+        ports = Ports(3)
+        stack.callback(ports.down)
+        ports.up()
+        set_dir = os.path.join(pin_root, ports.sw, "shared_maps", SET)
+        [attached] = play(attach_tasks(ports, mcast_obj, "generic", pin_root))
+        results = attached["results"]
+        assert all(r["changed"] for r in results), results
+        # Every attachment names the same pins, in the set's directory, and none has maps of its own.
+        assert [r["maps"] for r in results] == [{m: os.path.join(set_dir, m) for m in _devmap.MAPS}] * 3
+        assert not any(os.path.exists(os.path.join(pin_root, ports.sw, "p%d" % i, "xdp", "maps")) for i in range(3))
+        prog_ids = [r["id"] for r in results]
+        assert len(set(prog_ids)) == 3  # one program per attachment, all over the same maps
+        map_ids = [shared_map_ids(prog_id) for prog_id in prog_ids]
+        # All but mcast_port_mac, which only the egress program uses.
+        assert map_ids[0] == map_ids[1] == map_ids[2] and len(map_ids[0]) == len(_devmap.MAPS) - 1
+        # Idempotent, and the record carries the set.
+        [again] = play(attach_tasks(ports, mcast_obj, "generic", pin_root))
+        assert not any(r["changed"] for r in again["results"]), again
+        one = dict(interface="p0", netns=ports.sw, object=mcast_obj, program="xdp_multicast", mode="generic",
+                   shared_maps=SET)
+        # Another set reloads p0 over the other set's maps; p1 and p2 keep the first.
+        moved = run_distro("xdp_program", dict(one, shared_maps="other"))
+        assert moved["changed"] and moved["id"] != prog_ids[0], moved
+        assert moved["maps"]["mcast_groups"] == os.path.join(pin_root, ports.sw, "shared_maps", "other",
+                                                             "mcast_groups")
+        assert os.path.isdir(set_dir)
+        # Leaving it: the set "other" has no attachment left and goes; back to SET.
+        back = run_distro("xdp_program", one)
+        assert back["changed"] and back["maps"]["mcast_groups"] == os.path.join(set_dir, "mcast_groups")
+        assert not os.path.exists(os.path.join(pin_root, ports.sw, "shared_maps", "other"))
+        # absent: the set stays while an attachment names it, goes with the last (unless keep_maps).
+        for port in (0, 1):
+            res = run_distro("xdp_program", dict(interface="p%d" % port, netns=ports.sw, state="absent"))
+            assert res["changed"] and os.path.exists(os.path.join(set_dir, "mcast_groups")), res
+        kept = run_distro("xdp_program", dict(interface="p2", netns=ports.sw, state="absent", keep_maps=True))
+        assert kept["changed"] and os.path.exists(os.path.join(set_dir, "mcast_groups"))
+        # The kept maps are taken up again; then removed with the last attachment.
+        res = run_distro("xdp_program", dict(one, interface="p2"))
+        assert res["maps"]["mcast_groups"] == os.path.join(set_dir, "mcast_groups")
+        res = run_distro("xdp_program", dict(interface="p2", netns=ports.sw, state="absent"))
+        assert res["changed"] and not os.path.exists(set_dir), res
+        assert not os.path.exists(os.path.join(pin_root, ports.sw)), os.listdir(os.path.join(pin_root, ports.sw))
+
+
+def test_shared_maps_rhythm_and_a_bad_set_name(run_distro, mcast_obj, pin_root):
+    with contextlib.ExitStack() as stack:
+        ports = Ports(1)
+        stack.callback(ports.down)
+        ports.up()
+        # No program named: the object's devmap egress program is no candidate, xdp_multicast is the one.
+        args = dict(interface="p0", netns=ports.sw, object=mcast_obj, mode="generic", shared_maps=SET)
+        bad = run_distro("xdp_program", dict(args, shared_maps="a/b"))
+        assert bad.get("failed") and "shared_maps 'a/b' is not a usable name" in bad["msg"], bad
+        assert not os.path.exists(os.path.join(pin_root, ports.sw))
+        first, _second = assert_rhythm(run_distro, "xdp_program", args)
+        assert first["name"] == "xdp_multicast"
+
+
+def test_tc_programs_share_a_map_set(run_distro, tc_obj, pair):
+    """tc_program takes the option too: tc_drop_count on both ends of a pair counts into one map."""
+    results = []
+    for ns in (pair.tx, pair.rx):
+        res = run_distro("tc_program", dict(interface="eth0", netns=ns, object=tc_obj, program="tc_drop_count",
+                                            shared_maps="counts", method="tcx"))
+        assert res["changed"] and not res.get("failed"), res
+        results.append(res)
+    # Two namespaces, two sets; in one namespace, one set.
+    assert results[0]["maps"]["redirect_count"].endswith("/%s/shared_maps/counts/redirect_count" % pair.tx)
+    both = run_distro("tc_program", dict(interface="eth0", netns=pair.tx, object=tc_obj, program="tc_drop_count",
+                                         shared_maps="counts", method="tcx", direction="egress"))
+    assert both["maps"] == results[0]["maps"], both
+    assert shared_map_ids(both["id"]) == shared_map_ids(results[0]["id"])
+
+
+def shared_map_ids(prog_id):
+    """The ids of a program's maps, without its own .rodata (each load has one)."""
+    with _bpf.Program.from_id(prog_id) as prog:
+        ids = prog.info()["map_ids"]
+    out = []
+    for map_id in ids:
+        with _bpf.Map.from_id(map_id) as found:
+            if "." not in found.info["name"]:
+                out.append(map_id)
+    return sorted(out)
+
+
+# ---------------------------------------------------------------- delivery
+
+
+@pytest.mark.parametrize("mode", ["native", "generic"])
+def test_a_frame_reaches_every_other_member_and_the_sender_only_without_exclude_ingress(
+        run_distro, mcast_obj, drop_obj, pin_root, mode):
+    """video (239.1.1.1) excludes the ingress, arp (the broadcast MAC) does not; p0..p2 are members of both,
+    p3 of none."""
+    n = 20
+    with switch(4, mcast_obj, drop_obj, run_distro, pin_root, mode) as sw:
+        video = sw.ok(name="video", members=["p0", "p1", "p2"], addresses=[V4])
+        arp = sw.ok(name="arp", members=["p0", "p1", "p2"], addresses=[BROADCAST], exclude_ingress=False)
+        assert (video["id"], arp["id"]) == (1, 2)
+        assert video["members"] == [{"name": "p%d" % i, "ifindex": sw.ports.ifindex[i]} for i in range(3)]
+        assert not video["no_native_redirect"], video
+        sw.send(0, [("udp", sw.udp()), ("arp", arp_broadcast(sw.ports.host_macs[0]))], n)
+        expected = [{0: n}, {17: n, 0: n}, {17: n, 0: n}, {}]
+        assert eventually(sw.all_received, expected) == expected
+        # From a member of video alone (p3 joins arp only): no copy back to p3 from video, one from arp.
+        sw.ok(name="arp", members=["p3"])
+        sw.send(1, [("arp", arp_broadcast(sw.ports.host_macs[1]))], n)
+        expected = [{0: 2 * n}, {17: n, 0: 2 * n}, {17: n, 0: 2 * n}, {0: n}]
+        assert eventually(sw.all_received, expected) == expected
+
+
+@pytest.mark.parametrize("mode", ["native", "generic"])
+def test_two_groups_deliver_only_to_their_own_members(run_distro, mcast_obj, drop_obj, pin_root, mode):
+    """p0 is in no group and feeds both."""
+    n = 20
+    with switch(5, mcast_obj, drop_obj, run_distro, pin_root, mode) as sw:
+        sw.ok(name="v4", members=["p1", "p2"], addresses=[V4])
+        sw.ok(name="v6", members=["p3", "p4"], addresses=["FF0E:0::1:3"])
+        v6 = _frames.build_frame("tcp", sw.ports.host_macs[0], "33:33:00:01:00:03", "fd00::1", "ff0e::1:3")
+        other = sw.udp(group_ip="239.9.9.9", group_mac="01:00:5e:09:09:09")
+        sw.send(0, [("v4", sw.udp()), ("v6", v6), ("other", other)], n)
+        expected = [{}, {17: n}, {17: n}, {6: n}, {6: n}]
+        assert eventually(sw.all_received, expected) == expected
+
+
+@pytest.mark.parametrize("mode", ["native", "generic"])
+def test_removing_a_member_stops_delivery_to_it_at_once_and_the_others_miss_nothing(
+        run_distro, mcast_obj, drop_obj, pin_root, mode):
+    with switch(4, mcast_obj, drop_obj, run_distro, pin_root, mode) as sw:
+        sw.ok(name="video", members=["p1", "p2", "p3"], addresses=[V4])
+        prog_ids = sw.prog_ids()
+        with _devmap.MapSet(sw.set_dir, SET) as mset:
+            devmap_id = mset["mcast_groups"].lookup(_devmap.u32(1))
+        with Stream(sw, 0, sw.udp()) as stream:
+            # Frames at 10 kpps while p2 leaves the group in the middle of them, and for a while after.
+            assert eventually(lambda: sw.received(2).get(17, 0) > 500, True)
+            res = sw.group(name="video", members=["p1", "p3"], addresses=[V4], exclusive=True)
+            during = stream.sent()
+            assert eventually(lambda: stream.sent() > during + 1000, True, timeout=5)
+        assert res["changed"] and not res.get("failed"), res
+        total = stream.sent()
+        # The others missed nothing; p2 got a part and nothing after its removal.
+        expected = [{17: total}] * 2
+        assert eventually(lambda: [sw.received(1), sw.received(3)], expected) == expected
+        left_at = sw.received(2)[17]
+        assert 500 < left_at < total
+        sw.send(0, {"udp": sw.udp()}, 20)
+        expected = [{}, {17: total + 20}, {17: left_at}, {17: total + 20}]
+        assert eventually(sw.all_received, expected) == expected
+        # Map writes only: the same programs on every port, the group's devmap edited in place.
+        assert sw.prog_ids() == prog_ids
+        with _devmap.MapSet(sw.set_dir, SET) as mset:
+            assert mset["mcast_groups"].lookup(_devmap.u32(1)) == devmap_id
+            assert mset.members(1) == {sw.ports.ifindex[1]: 0, sw.ports.ifindex[3]: 0}
+            assert mset.config(1) == (_devmap.EXCLUDE_INGRESS, 2)
+
+
+class Stream:
+    """Sends a frame from host end `port` in a thread, in rounds of 500 at 10 kpps, until the `with` ends."""
+
+    def __init__(self, sw, port, frame):
+        with _netns.netns(sw.ports.hosts):
+            self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+            self.sock.bind(("h%d" % port, 0))
+        self.frame = frame
+        self.counts = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._send)
+
+    def _send(self):
+        while not self.stop.is_set():
+            self.counts.append(_frames.send_on(self.sock, {"udp": self.frame}, 500, 10000)[0]["udp"])
+
+    def sent(self):
+        return sum(self.counts)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        self.sock.close()
+
+
+@pytest.mark.parametrize("mode", ["native", "generic"])
+def test_the_egress_program_writes_each_ports_own_mac_on_every_copy(run_distro, mcast_obj, drop_obj, pin_root, mode):
+    n = 10
+    egress = {"object": mcast_obj, "program": "xdp_egress_mac"}
+    with switch(4, mcast_obj, drop_obj, run_distro, pin_root, mode) as sw:
+        res = sw.ok(name="video", members=["p1", "p2", "p3"], addresses=[V4], egress_program=egress)
+        assert res["egress_program"] == egress
+        again = sw.ok(name="video", members=["p1", "p2", "p3"], addresses=[V4], egress_program=egress)
+        assert not again["changed"], again
+        with _bpf.Program.from_pin(os.path.join(res["pin_dir"], "prog")) as prog:
+            egress_id = prog.info()["id"]
+        with _devmap.MapSet(sw.set_dir, SET) as mset:
+            assert set(mset.members(1).values()) == {egress_id}
+            assert {k: v for k, v in mset["mcast_port_mac"].items()} == {
+                _devmap.u32(sw.ports.ifindex[p]): _frames.mac_bytes(sw.ports.port_macs[p]) for p in (1, 2, 3)}
+
+        def seen():
+            with _netns.netns(sw.ports.hosts):
+                sniffers = {port: sniffer("h%d" % port) for port in (1, 2, 3)}
+            sw.send(0, {"udp": sw.udp()}, n)
+            return {port: sources(sock, sw.udp()[12:]) for port, sock in sniffers.items()}
+
+        assert seen() == {p: {sw.ports.port_macs[p]: n} for p in (1, 2, 3)}
+        # Without egress_program the copies leave as they came, and the program is unpinned.
+        plain = sw.ok(name="video", members=["p1", "p2", "p3"], addresses=[V4])
+        assert plain["changed"] and plain["egress_program"] is None
+        assert not os.path.exists(os.path.join(res["pin_dir"], "prog"))
+        with _devmap.MapSet(sw.set_dir, SET) as mset:
+            assert set(mset.members(1).values()) == {0}
+        assert seen() == {p: {sw.ports.host_macs[0]: n} for p in (1, 2, 3)}
+
+
+def test_a_member_whose_peer_cannot_take_native_redirects_is_named(run_distro, mcast_obj, drop_obj, pin_root):
+    with switch(3, mcast_obj, drop_obj, run_distro, pin_root, "native", bare=(2,)) as sw:
+        res = sw.ok(name="video", members=["p1", "p2"], addresses=[V4])
+        assert res["no_native_redirect"] == ["p2"], res
+        assert any("member p2 cannot take natively redirected XDP frames" in w for w in res.get("warnings", [])), res
+
+
+# ---------------------------------------------------------------- the module's contract
+
+
+def test_group_rhythm_create_change_members_absent(run, mcast_obj, drop_obj, pin_root):
+    with switch(4, mcast_obj, drop_obj, run, pin_root) as sw:
+        args = dict(name="video", members=["p0", "p1"], addresses=[V4, "ff0e::1"], netns=sw.ports.sw,
+                    pin_root=pin_root)
+        preview = sw.group(check=True, diff=True, **args)
+        assert preview["diff"] == {"before": {"present": False}, "after": {
+            "present": True, "id": 1, "name": "video", "members": ["p0", "p1"], "addresses": [V4, "ff0e::1"],
+            "exclude_ingress": True, "egress_program": None}}, preview
+        assert not os.path.exists(os.path.join(sw.set_dir, "groups"))
+        assert_rhythm(run, "devmap_group", args)
+        changed = dict(args, members=["p1", "p2", "p3"], addresses=[V4], exclusive=True)
+        diff = sw.group(check=True, diff=True, **changed)["diff"]
+        assert (diff["before"]["members"], diff["after"]["members"]) == (["p0", "p1"], ["p1", "p2", "p3"])
+        assert (diff["before"]["addresses"], diff["after"]["addresses"]) == ([V4, "ff0e::1"], [V4])
+        first, _second = assert_rhythm(run, "devmap_group", changed)
+        assert [m["name"] for m in first["members"]] == ["p1", "p2", "p3"]
+        with _devmap.MapSet(sw.set_dir, SET) as mset:
+            assert sorted(mset.members(1)) == sorted(sw.ports.ifindex[1:])
+            assert mset.addresses() == {V4: 1}
+        # Without exclusive, listed members are added and the others stay.
+        added = sw.ok(name="video", members=["p0"])
+        assert [m["name"] for m in added["members"]] == ["p0", "p1", "p2", "p3"]
+        assert added["addresses"] == [V4]
+        assert_rhythm(run, "devmap_group", dict(args, members=[], state="absent"))
+        with _devmap.MapSet(sw.set_dir, SET) as mset:
+            assert mset.group_ids() == [] and mset.addresses() == {} and mset.config(1) == (0, 0)
+        assert not os.path.exists(os.path.join(sw.set_dir, "groups"))
+
+
+def test_names_get_the_lowest_free_id_and_must_agree_with_ids(run_distro, mcast_obj, drop_obj, pin_root):
+    with switch(2, mcast_obj, drop_obj, run_distro, pin_root) as sw:
+        assert [sw.ok(name=n, members=["p0"])["id"] for n in ("a", "b")] == [1, 2]
+        assert sw.ok(name="c", id=10, members=["p1"])["id"] == 10
+        assert sw.ok(name="a", state="absent")["changed"]
+        assert sw.ok(name="d")["id"] == 1
+        assert sw.ok(id=2, members=["p1"])["name"] == "b"  # by id alone
+        mismatch = sw.group(name="b", id=3)
+        assert mismatch.get("failed") and "group b has id 2" in mismatch["msg"], mismatch
+        taken = sw.group(name="e", id=10)
+        assert taken.get("failed") and "group id 10 of map set multicast is group c, not e" in taken["msg"], taken
+        assert not sw.ok(name="nothing", state="absent")["changed"]
+
+
+def test_facts_show_groups_members_and_counters(run_distro, mcast_obj, drop_obj, pin_root):
+    n = 30
+    with switch(3, mcast_obj, drop_obj, run_distro, pin_root) as sw:
+        sw.ok(name="video", members=["p1", "p2"], addresses=[V4, "ff:ff:ff:ff:ff:ff"])
+        sw.send(0, {"udp": sw.udp()}, n)
+        assert eventually(lambda: sw.received(2), {17: n}) == {17: n}
+        facts = run_distro("xdp_facts", dict(netns=sw.ports.sw, pin_root=pin_root))["ansible_facts"]["xdp"]
+        assert facts["devmap_groups"] == {SET: [{
+            "id": 1, "name": "video", "owner": "ebpf.xdp", "exclude_ingress": True, "egress_program": None,
+            "members": [{"name": "p1", "ifindex": sw.ports.ifindex[1]}, {"name": "p2", "ifindex": sw.ports.ifindex[2]}],
+            "addresses": [V4, "ff:ff:ff:ff:ff:ff"], "frames": n, "copies": 2 * n}]}, facts["devmap_groups"]
+        # Rates: frames sent while the facts sample.
+        with Stream(sw, 0, sw.udp()):
+            facts = run_distro("xdp_facts", dict(netns=sw.ports.sw, pin_root=pin_root, rate_interval=1))
+        group = facts["ansible_facts"]["xdp"]["devmap_groups"][SET][0]
+        assert 500 < group["rates"]["frames"] < 20000, group
+        assert group["rates"]["copies"] == pytest.approx(2 * group["rates"]["frames"], rel=0.05), group
+
+
+BAD_INPUT = [
+    (dict(name="x", members=["p1", "nope0"]), r"member nope0: no such interface in network namespace mc\w+-sw"),
+    (dict(id=0, members=["p1"]), r"group id 0 is out of range: ids run from 1 to 255"),
+    (dict(id=256, members=["p1"]), r"group id 256 is out of range"),
+    (dict(name="x", members=["p1"], addresses=["10.1.1.1"]), r"address 10.1.1.1 is not a multicast address"),
+    (dict(name="x", members=["p1"], addresses=["02:00:00:00:00:01"]), r"address 02:00:00:00:00:01 is a unicast MAC"),
+    (dict(name="x", members=["p1"], addresses=["239.1.1"]), r"address '239.1.1' is not an IP or MAC address"),
+    (dict(name="x", members=["p1"], shared_maps="nothere"),
+     r"map set 'nothere' has no pinned mcast_groups, .* attach the multicast program with shared_maps: nothere first"),
+    (dict(name="x", members=["p1", "h1"]), r"member h1 is not in network namespace mc\w+-sw but in mc\w+-hosts"),
+    (dict(name="x", members=["p1"], addresses=["239.1.1.1"]), r"address 239.1.1.1 already belongs to group 1"),
+    (dict(name="x", members=["p1"], egress_program={"object": "/nonexistent.o"}),
+     r"object file /nonexistent.o does not exist"),
+]
+
+
+def test_bad_input_is_a_clear_error_and_changes_nothing(run_distro, mcast_obj, drop_obj, pin_root):
+    with switch(3, mcast_obj, drop_obj, run_distro, pin_root) as sw:
+        sw.ok(name="video", members=["p0", "p2"], addresses=[V4])
+        before = sw.maps_state()
+        for args, message in BAD_INPUT:
+            res = sw.group(**args)
+            assert res.get("failed") and re.search(message, res["msg"]), (args, res)
+            assert sw.maps_state() == before, args
+        # And an existing group is left as it was by a failing change of it.
+        res = sw.group(name="video", members=["p1", "nope0"], exclusive=True)
+        assert res.get("failed") and sw.maps_state() == before
+
+
+def test_a_group_written_by_hand_is_not_taken_over(run_distro, mcast_obj, drop_obj, pin_root):
+    with switch(2, mcast_obj, drop_obj, run_distro, pin_root) as sw:
+        with _devmap.MapSet(sw.set_dir, SET) as mset, \
+                _bpf.Map.create(_bpf.BPF_MAP_TYPE_DEVMAP_HASH, "by_hand", 4, 8, 8) as inner:
+            mset["mcast_groups"].update(_devmap.u32(1), struct.pack("<i", inner.fd))
+        res = sw.group(id=1, members=["p0"])
+        assert res.get("failed") and "devmap_group did not create it" in res["msg"], res
+        assert sw.ok(name="auto", members=["p0"])["id"] == 2  # a free id is one nobody uses

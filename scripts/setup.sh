@@ -10,6 +10,8 @@ ROOT=$PWD
 APT_PACKAGES=(
 	clang llvm libbpf1 libbpf-dev bpftool iproute2 python3-pyroute2
 	python3-venv netbase rsync git make iputils-ping util-linux
+	netsniff-ng # trafgen, the reference in tests/benchmarks/generators.py
+	python3-prometheus-client prometheus # ebpf.xdp.xdp_metrics and its tests (promtool, a real scrape)
 )
 
 ensure_apt_packages setup "${APT_PACKAGES[@]}"

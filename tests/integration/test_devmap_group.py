@@ -21,7 +21,7 @@ import threading
 import pytest
 
 from conftest import BPF_DIR, ROOT, SYSTEM_PYTHON, VENV_PYTHON, assert_rhythm, compile_bpf
-from test_multicast_programs import BROADCAST, SRC_IP, Ports, arp_broadcast, counting_hosts, sniffer, sources, udp_to
+from test_multicast_programs import BROADCAST, Ports, arp_broadcast, counting_hosts, sniffer, sources, udp_to
 from test_tc_redirect_programs import eventually
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _devmap, _facts, _frames, _netns
@@ -336,7 +336,7 @@ def test_the_egress_program_writes_each_ports_own_mac_on_every_copy(run_distro, 
             egress_id = prog.info()["id"]
         with _devmap.MapSet(sw.set_dir, SET) as mset:
             assert set(mset.members(1).values()) == {egress_id}
-            assert {k: v for k, v in mset["mcast_port_mac"].items()} == {
+            assert dict(mset["mcast_port_mac"].items()) == {
                 _devmap.u32(sw.ports.ifindex[p]): _frames.mac_bytes(sw.ports.port_macs[p]) for p in (1, 2, 3)}
 
         def seen():
@@ -376,7 +376,7 @@ def test_group_rhythm_create_change_members_absent(run, mcast_obj, drop_obj, pin
         assert not os.path.exists(os.path.join(sw.set_dir, "groups"))
         assert_rhythm(run, "devmap_group", args)
         changed = dict(args, members=["p1", "p2", "p3"], addresses=[V4], exclusive=True)
-        diff = sw.group(check=True, diff=True, **changed)["diff"]
+        diff = run("devmap_group", changed, check=True, diff=True)["diff"]
         assert (diff["before"]["members"], diff["after"]["members"]) == (["p0", "p1"], ["p1", "p2", "p3"])
         assert (diff["before"]["addresses"], diff["after"]["addresses"]) == ([V4, "ff0e::1"], [V4])
         first, _second = assert_rhythm(run, "devmap_group", changed)

@@ -1,0 +1,201 @@
+"""ebpf.xdp.pktgen: the kernel's pktgen, for real in the lab's VM (Debian 12's 6.1 has pktgen.ko), and its
+refusal on this machine's kernel, which has no pktgen.
+
+In the VM: a veth pair with two queues per end, the receiver's eth0 counting
+with xdp_drop_count in native mode (dropping) and with tc_drop_count at tc
+ingress; pktgen sends out of the sender's eth0 from two CPUs (flag
+QUEUE_MAP_CPU: one veth queue each, so neither overflows the peer's XDP
+ring), then injects into the receiver's own eth0 with xmit_mode
+netif_receive, which passes tc ingress and not native XDP. The counters
+must equal what pktgen's Result lines say it sent. Then every bad input in
+one playbook, each a clear error, and pktgen left with no devices.
+
+Generic-mode XDP is never attached where pktgen's packets could reach it:
+that crashes the 6.1 kernel (the module refuses it; see _pktgen's docstring).
+The refusals are tested with a generic program that nothing sends to.
+"""
+
+import os
+import time
+
+import pytest
+
+from test_vm import OBJ_DIR, VmPair, playbook, shipped, vm  # noqa: F401 (vm is a fixture)
+
+from conftest import ModuleRunner, SYSTEM_PYTHON, VENV_PYTHON
+
+COUNT = 20000  # per thread: a few seconds under emulation
+INJECT = 5000
+PROC = "/proc/net/pktgen"
+
+
+class QueuedPair(VmPair):
+    """VmPair with two transmit and receive queues on each end: one per pktgen thread."""
+
+    def up_task(self):
+        task = super().up_task()
+        script = task["ansible.builtin.command"]["argv"][2]
+        queues = " numtxqueues 2 numrxqueues 2"
+        task["ansible.builtin.command"]["argv"][2] = script.replace(
+            "address %s type veth" % self.tx_mac, "address %s%s type veth" % (self.tx_mac, queues)).replace(
+            "address %s\n" % self.rx_mac, "address %s%s\n" % (self.rx_mac, queues))
+        assert task["ansible.builtin.command"]["argv"][2].count(queues) == 2, task
+        return task
+
+
+def witness_and_down(pair, namespaces):
+    """The pair's down task, first listing pktgen's files and threads in each namespace (one task less)."""
+    task = pair.down_task()
+    witness = "; ".join("ip netns exec %s sh -c 'ls %s; cat %s/kpktgend_*'" % (ns, PROC, PROC) for ns in namespaces)
+    task["ansible.builtin.command"]["argv"][2] = witness + "; " + task["ansible.builtin.command"]["argv"][2]
+    task["name"] = "pktgen's files, then remove the pair"
+    return task
+
+
+def pktgen(name, **args):
+    return {"name": name, "ebpf.xdp.pktgen": args, "register": name.replace(" ", "_")}
+
+
+def test_pktgen_counts_equal_receiver_counters(vm, tmp_path):
+    pair = QueuedPair()
+    send = {"interface": "eth0", "netns": pair.tx, "dst_ip": pair.rx_ip, "dst_mac": pair.rx_mac,
+            "cpus": [0, 1], "count": COUNT, "flags": ["QUEUE_MAP_CPU", "NO_TIMESTAMP"]}
+    started = time.monotonic()
+    results = playbook(str(tmp_path / "pktgen.yml"), [pair.up_task()] + shipped(tmp_path, "xdp_drop_count")
+                       + shipped(tmp_path, "tc_redirect") + [{
+        "name": "Count at the receiver, send, inject, read", "block": [
+            {"name": "XDP at the receiver (native, drop)", "ebpf.xdp.xdp_program": {
+                "interface": "eth0", "netns": pair.rx, "object": "%s/xdp_drop_count.o" % OBJ_DIR,
+                "mode": "native", "pin_root": pair.pin_root}},
+            {"name": "tc ingress at the receiver (drop)", "ebpf.xdp.tc_program": {
+                "interface": "eth0", "netns": pair.rx, "object": "%s/tc_redirect.o" % OBJ_DIR,
+                "program": "tc_drop_count", "method": "cls_bpf", "constants": {"tc_action": 2},
+                "pin_root": pair.pin_root}},
+            dict(pktgen("Check mode", **send), check_mode=True),
+            pktgen("Send", **send),
+            pktgen("Inject", interface="eth0", netns=pair.rx, dst_ip=pair.rx_ip, dst_mac=pair.rx_mac,
+                   xmit_mode="netif_receive", burst=8, count=INJECT),
+            {"name": "Read the receiver", "ebpf.xdp.xdp_facts": {"netns": pair.rx, "pin_root": pair.pin_root}},
+        ],
+        "always": [witness_and_down(pair, (pair.tx, pair.rx))]}])
+    wall = time.monotonic() - started
+
+    check = results["Check mode"]
+    assert check["changed"] and check["total"] == 0 and [t["cpu"] for t in check["threads"]] == [0, 1], check
+    sent = results["Send"]
+    assert sent["changed"] and not sent["stopped"] and sent["xmit_mode"] == "start_xmit", sent
+    assert [(t["cpu"], t["device"], t["sent"]) for t in sent["threads"]] == [(0, "eth0@0", COUNT),
+                                                                             (1, "eth0@1", COUNT)], sent
+    for thread in sent["threads"]:
+        assert thread["pps"] > 0 and thread["seconds"] > 0 and thread["errors"] == 0, thread
+        assert thread["result"].startswith("Result: OK: ") and "%d (60byte,0frags)" % COUNT in thread["result"]
+    assert sent["total"] == 2 * COUNT and sent["pps"] == sum(t["pps"] for t in sent["threads"]), sent
+
+    injected = results["Inject"]
+    [thread] = injected["threads"]
+    # netif_receive: pktgen counts what the receive path dropped (here tc's TC_ACT_SHOT) as errors.
+    assert thread["sent"] == INJECT and thread["errors"] == INJECT and thread["pps"] > 0, injected
+
+    eth0 = results["Read the receiver"]["ansible_facts"]["xdp"]["interfaces"]["eth0"]
+    # Everything pktgen sent reached native XDP; nothing injected did (netif_receive is after the driver)...
+    assert eth0["xdp"]["protocols"] == {"udp": sent["total"]}, eth0["xdp"]
+    # ...and tc ingress saw only the injected packets (XDP dropped the others before it).
+    [tc] = eth0["tc"]["ingress"]
+    assert tc["protocols"] == {"udp": INJECT}, tc
+
+    # No devices left behind: the thread files list none, no eth0@N file remains.
+    files = results["pktgen's files, then remove the pair"]["stdout"]
+    assert "eth0@" not in files and "Stopped: \n" in files and "kpktgend_1" in files, files
+    print("\npktgen result lines (VM, Debian 12 6.1 under TCG):")
+    for task in ("Send", "Inject"):
+        for t in results[task]["threads"]:
+            print("%s %s: %s" % (task, t["device"], t["result"].replace("\n", " /")))
+    print("wall time of the playbook: %.1f s" % wall)
+
+
+def test_pktgen_bad_input_on_the_vm(vm, tmp_path):
+    """What only the target host can answer: its devices, its CPUs, its kernel's refusals, and the targets
+    the module refuses because they crash 6.1. The settings' own mistakes fail the same way everywhere and
+    are tested on this machine (test_bad_settings_each_a_clear_error), where a task costs far less."""
+    pair = VmPair()
+    base = {"interface": "eth0", "netns": pair.tx, "dst_ip": pair.rx_ip, "dst_mac": pair.rx_mac, "count": 10}
+    cases = {
+        "unknown device": dict(base, interface="nosuch0"),
+        "CPU not present": dict(base, cpus=[0, 63]),
+        "burst on a veth": dict(base, burst=8),
+        "netif_receive into generic XDP": dict(base, xmit_mode="netif_receive"),
+        "out of a veth into generic XDP": dict(base, netns=pair.rx, dst_mac=pair.tx_mac),
+    }
+    started = time.monotonic()
+    results = playbook(str(tmp_path / "bad.yml"), [pair.up_task()] + shipped(tmp_path, "xdp_drop_count") + [{
+        "name": "Bad input", "block": [
+            # Generic mode on the sender's eth0: the two refusals aim at it, and nothing else sends to it.
+            {"name": "Generic XDP on the sender", "ebpf.xdp.xdp_program": {
+                "interface": "eth0", "netns": pair.tx, "object": "%s/xdp_drop_count.o" % OBJ_DIR,
+                "mode": "generic", "pin_root": pair.pin_root}},
+        ] + [dict(pktgen(name, **args), ignore_errors=True) for name, args in cases.items()],
+        "always": [witness_and_down(pair, (pair.tx,))]}])
+    wall = time.monotonic() - started
+
+    def msg(name):
+        res = results[name]
+        assert res.get("failed") and not res.get("total"), res
+        return res["msg"]
+
+    assert msg("unknown device").startswith("interface 'nosuch0' does not exist")
+    assert msg("CPU not present").startswith("CPU 63 is not present or not online (online: 0-1)")
+    # The kernel refuses this one: configured up to the refusal, then removed again (the files below).
+    assert msg("burst on a veth").startswith("pktgen refused 'burst 8' on eth0@0 (not supported)")
+    assert "IFF_TX_SKB_SHARING" in msg("burst on a veth")
+    assert msg("netif_receive into generic XDP").startswith(
+        "refusing xmit_mode netif_receive into veth eth0: it has a generic-mode XDP program")
+    assert msg("out of a veth into generic XDP").startswith(
+        "refusing to send out of veth eth0: its peer has a generic-mode XDP program")
+    files = results["pktgen's files, then remove the pair"]["stdout"]
+    assert "eth0@" not in files and "Stopped: \n" in files, files
+    print("\nwall time of the bad-input playbook: %.1f s" % wall)
+
+
+BAD_SETTINGS = {
+    "malformed MAC": ({"dst_mac": "02:00:00:aa:00"}, "dst_mac '02:00:00:aa:00' is not a MAC address"),
+    "malformed source MAC": ({"src_mac": "02:00:00:aa:00:zz"}, "src_mac '02:00:00:aa:00:zz' is not a MAC address"),
+    "malformed IP": ({"dst_ip": "10.99.0.300"}, "dst_ip '10.99.0.300' is not an IP address"),
+    "mixed IP versions": ({"src_ip": "fd00::1"}, "src_ip fd00::1 and dst_ip 10.99.0.2 are not of one IP version"),
+    "size below the IPv4 minimum": ({"size": 57}, "size must be at least 58 bytes for UDP over IPv4"),
+    "size below the IPv6 minimum": ({"dst_ip": "fd00::2", "size": 60},
+                                    "size must be at least 78 bytes for UDP over IPv6"),
+    "zero count": ({"count": 0}, "count must be a positive number of packets per thread, not 0"),
+    "negative count": ({"count": -5}, "count must be a positive number of packets per thread, not -5"),
+    "zero duration": ({"count": None, "duration": 0}, "duration must be a positive number of seconds, not 0"),
+    "no count or duration": ({"count": None}, "one of the following is required: count, duration"),
+    "unknown flag": ({"flags": ["NO_SUCH_FLAG"]}, "unknown pktgen flag 'NO_SUCH_FLAG'"),
+    "negative CPU": ({"cpus": [-1]}, "CPU -1 is not a CPU number"),
+    "a CPU twice": ({"cpus": [0, 0]}, "cpus lists CPU 0 more than once"),
+    "port range upside down": ({"dst_port": 100, "dst_port_max": 50}, "dst_port_max (50) must not be below"),
+    "clone_skb with netif_receive": ({"xmit_mode": "netif_receive", "clone_skb": 4},
+                                     "clone_skb does not work with xmit_mode netif_receive"),
+    "rate and ratep": ({"rate": 100, "ratep": 1000}, "give one of delay, rate and ratep"),
+}
+
+
+def test_bad_settings_each_a_clear_error(tmp_path):
+    """Mistakes in the settings fail before the host is asked anything (even whether it has pktgen)."""
+    run = ModuleRunner(VENV_PYTHON, str(tmp_path))
+    base = {"interface": "eth0", "dst_ip": "10.99.0.2", "dst_mac": "02:00:00:aa:00:02", "count": 10}
+    for name, (change, expected) in BAD_SETTINGS.items():
+        args = {k: v for k, v in dict(base, **change).items() if v is not None}
+        res = run("pktgen", args)
+        assert res.get("failed") and expected in res["msg"], (name, res)
+
+
+def test_no_pktgen_on_this_kernel(tmp_path):
+    """This machine's kernel has no pktgen (no CONFIG_NET_PKTGEN, no modules): the module says so, in check
+    mode too, before touching anything."""
+    if os.path.isdir(PROC):
+        pytest.skip("this kernel has pktgen")
+    args = {"interface": "lo", "dst_ip": "127.0.0.1", "dst_mac": "00:00:00:00:00:01", "count": 10}
+    for python in (SYSTEM_PYTHON, VENV_PYTHON):
+        for check in (False, True):
+            res = ModuleRunner(python, str(tmp_path))("pktgen", args, check=check)
+            assert res.get("failed") and "has no pktgen" in res["msg"] and PROC in res["msg"], res
+            assert ("`modprobe --dry-run pktgen` failed" if check else "`modprobe pktgen` failed") in res["msg"], res

@@ -23,10 +23,10 @@ description:
     program or GRO enabled; elsewhere a driver with C(ndo-xmit) in its XDP features); otherwise the kernel drops
     them without counting them anywhere. The module reads this from the kernel before sending, and the xdp
     engine refuses such a device instead of reporting frames that went nowhere.
-  - A run of the generator is an action, as a command is: every run sends frames and reports C(changed=true),
+  - "A run of the generator is an action, as a command is: every run sends frames and reports C(changed=true),
     although no configuration of the host changes. In check mode it validates the settings and the device,
     chooses the engine, sends nothing and reports C(changed=true) (it would send). A task that only verifies
-    with a burst can say C(changed_when: false).
+    with a burst can say C(changed_when: false)."
   - Only send to addresses of networks you own, such as the collection's lab namespaces.
 author:
   - ebpf.xdp developers (@ebpf-xdp)

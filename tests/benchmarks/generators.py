@@ -161,8 +161,8 @@ def report(results, seconds, rounds, cpu):
           % (cpu, seconds, rounds, os.uname().release))
     print("receiver: xdp_drop_count (native, drop) on the veth peer; delivered = counted there")
     base = statistics.median(r["delivered"] for r in results[BASE])
-    print("%-30s %13s %15s %15s %7s %10s" % ("generator", "offered Mpps", "delivered Mpps", "(min - max)", "loss",
-                                              "x trafgen"))
+    header = ("generator", "offered Mpps", "delivered Mpps", "(min - max)", "loss", "x trafgen")
+    print("%-30s %13s %15s %15s %7s %10s" % header)
     for name, runs in results.items():
         offered = statistics.median(r["offered"] for r in runs)
         delivered = [r["delivered"] / 1e6 for r in runs]

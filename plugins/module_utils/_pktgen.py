@@ -287,7 +287,7 @@ class Settings:
             if high is None:
                 continue
             if high < low:
-                raise PktgenError("%s (%d) must not be below %s (%d)" % (last, high, first, low))
+                raise PktgenError("%s (%s) must not be below %s (%s)" % (last, high, first, low))
             # pktgen's udp_*_max is the 16-bit port *after* the range.
             if high > 65534:
                 raise PktgenError("%s must be at most 65534: pktgen ends a port range before a 16-bit "
@@ -310,8 +310,8 @@ class Settings:
         and clone_skb are checked against it)."""
         cmds = ["xmit_mode %s" % self.xmit_mode,
                 "count %d" % (self.count or 0),  # 0: until stopped, which a duration run does
-                 "clone_skb %d" % self.clone_skb, "pkt_size %d" % self.size, "burst %d" % self.burst,
-                 "delay %d" % self.delay, "dst_mac %s" % self.dst_mac]
+                "clone_skb %d" % self.clone_skb, "pkt_size %d" % self.size, "burst %d" % self.burst,
+                "delay %d" % self.delay, "dst_mac %s" % self.dst_mac]
         if self.src_mac:
             cmds.append("src_mac %s" % self.src_mac)
         first, last = self.dst_range
@@ -469,8 +469,8 @@ class Proc:
             after = result_section(self.read(name)) if os.path.exists(self.path(name)) else ""
             reason = os.strerror(exc.errno) if exc.errno != ENOTSUPP else "not supported"
             said = "; pktgen says: %s" % after if after and after != before else ""
-            raise PktgenError("pktgen refused %r on %s (%s)%s%s" % (command, name, reason, said,
-                                                                     _hint(command, exc.errno)))
+            raise PktgenError("pktgen refused %r on %s (%s)%s%s"
+                              % (command, name, reason, said, _hint(command, exc.errno)))
         after = result_section(self.read(name))
         if not after.startswith("OK"):
             raise PktgenError("pktgen refused %r on %s: %s" % (command, name, after))

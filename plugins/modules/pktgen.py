@@ -170,9 +170,9 @@ attributes:
 notes:
   - pktgen sends UDP only, and bypasses the qdisc and the firewall of the sending host.
   - On a veth the receiving side's native-mode XDP program gets the packets through a 256-slot ring per receive
-    queue. Several threads feeding one queue can overflow it (the packets are dropped, while pktgen counts them
-    as sent); give the veth one queue per thread (C(ip link add ... numtxqueues N numrxqueues N type veth ...))
-    and set the flag C(QUEUE_MAP_CPU).
+    queue. Several threads feeding one queue can overflow it; the veth then refuses the packet and pktgen counts
+    an error instead of a packet sent (seen on 6.1). Give the veth one queue per thread
+    (C(ip link add ... numtxqueues N numrxqueues N type veth ...)) and set the flag C(QUEUE_MAP_CPU).
   - Measured on Debian 12's 6.1 under qemu without KVM; see the collection's README for result lines.
 seealso:
   - module: ebpf.xdp.xdp_trafficgen
@@ -369,6 +369,7 @@ def main():
     except _common.KNOWN_ERRORS as exc:
         _common.fail_from(module, exc)
     module.exit_json(changed=True, **result)
+
 
 if __name__ == "__main__":
     main()

@@ -231,7 +231,7 @@ def test_targets_that_crash_6_1_are_refused():
 
 
 def test_summary_adds_rates_and_takes_the_longest_thread():
-    threads = [dict(sent=10, seconds=1.5, pps=7, mbps=3, errors=0), dict(sent=20, seconds=2.0, pps=10, mbps=4,
-                                                                          errors=1)]
+    threads = [dict(sent=10, seconds=1.5, pps=7, mbps=3, errors=0),
+               dict(sent=20, seconds=2.0, pps=10, mbps=4, errors=1)]
     assert _pktgen.summary(threads) == {"total": 30, "seconds": 2.0, "pps": 17, "mbps": 7, "errors": 1}
     assert _pktgen.summary([])["total"] == 0

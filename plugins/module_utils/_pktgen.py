@@ -49,12 +49,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _netns, _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils import _cpus, _netns, _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 PROC_DIR = "/proc/net/pktgen"
 PGCTRL = "pgctrl"
-CPU_ONLINE = "/sys/devices/system/cpu/online"
 XMIT_MODES = ("start_xmit", "netif_receive")
 # pktgen's device flags: Linux 6.1's list (what an unknown flag's error prints), and SHARED from later
 # kernels; a kernel that lacks one refuses it with its own list, which the error passes on.
@@ -118,30 +117,6 @@ def thread_devices(text: str) -> list[str]:
         if sep and head.strip() in ("Running", "Stopped"):
             devices += rest.split()
     return devices
-
-
-def parse_cpu_list(text: str) -> set[int]:
-    """0-3,6 (as /sys/devices/system/cpu/online says) -> {0, 1, 2, 3, 6}."""
-    cpus = set()
-    for part in text.strip().split(","):
-        if not part:
-            continue
-        first, _sep, last = part.partition("-")
-        cpus.update(range(int(first), int(last or first) + 1))
-    return cpus
-
-
-def cpu_list(cpus) -> str:
-    """{0, 1, 2, 3, 6} -> 0-3,6."""
-    out, run = [], []
-    for cpu in sorted(cpus) + [None]:
-        if run and cpu == run[-1] + 1:
-            run.append(cpu)
-            continue
-        if run:
-            out.append("%d-%d" % (run[0], run[-1]) if len(run) > 1 else str(run[0]))
-        run = [cpu]
-    return ",".join(out)
 
 
 def parse_addresses(spec: str, what: str) -> tuple[int, str, str]:
@@ -416,16 +391,11 @@ def read_target(ifname: str) -> Target:
     return target
 
 
-def online_cpus() -> set[int]:
-    with open(CPU_ONLINE) as f:
-        return parse_cpu_list(f.read())
-
-
 def check_cpus(cpus: list[int], online: set[int]) -> None:
     absent = [c for c in cpus if c not in online]
     if absent:
         raise PktgenError("CPU %s is not present or not online (online: %s)" % (
-            ", ".join(map(str, absent)), cpu_list(online)))
+            ", ".join(map(str, absent)), _cpus.cpu_list(online)))
 
 
 # ---------------------------------------------------------------- /proc/net/pktgen
@@ -523,7 +493,7 @@ class Run:
         missing = [c for c in self.settings.cpus if c not in threads]
         if missing:
             raise PktgenError("pktgen has no thread for CPU %s (threads: %s); pktgen starts one per CPU online "
-                              "when it is loaded" % (", ".join(map(str, missing)), cpu_list(threads) or "none"))
+                              "when it is loaded" % (", ".join(map(str, missing)), _cpus.cpu_list(threads) or "none"))
         others = {cpu: devices for cpu, devices in sorted(threads.items()) if devices}
         if others:
             listed = "; ".join("kpktgend_%d: %s" % (cpu, " ".join(devices)) for cpu, devices in others.items())
@@ -602,7 +572,7 @@ def summary(threads: list[dict]) -> dict:
 def generate(settings: Settings, run_command, check_mode: bool = False) -> dict:
     """Validate against this host, then (unless check_mode) run pktgen; the module's result without
     `changed`."""
-    check_cpus(settings.cpus, online_cpus())
+    check_cpus(settings.cpus, _cpus.online_cpus())
     with _netns.netns(settings.netns):
         read_target(settings.interface).check(settings)
         loaded = ensure_pktgen(run_command, check_mode)

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _common, _frames, _loader, _netdev, _netlink
-from ansible_collections.ebpf.xdp.plugins.module_utils import _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils import _cpus, _netns
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 try:
@@ -218,23 +218,8 @@ def check_cpus(cpus: list[int] | None, allowed: set[int]) -> list[int]:
     outside = [c for c in cpus if c not in allowed]
     if outside:
         raise TrafficgenError("CPU %s is not one this task may run on (allowed: %s)" % (
-            ", ".join(map(str, outside)), cpu_list(allowed)))
+            ", ".join(map(str, outside)), _cpus.cpu_list(allowed)))
     return list(cpus)
-
-
-def cpu_list(cpus) -> str:
-    """0-3,6 style, as /sys/devices/system/cpu/online shows CPUs."""
-    out, run = [], []
-    for cpu in sorted(cpus):
-        if run and cpu == run[-1] + 1:
-            run.append(cpu)
-            continue
-        if run:
-            out.append("%d-%d" % (run[0], run[-1]) if len(run) > 1 else str(run[0]))
-        run = [cpu]
-    if run:
-        out.append("%d-%d" % (run[0], run[-1]) if len(run) > 1 else str(run[0]))
-    return ",".join(out)
 
 
 def share(total: int, parts: int, index: int) -> int:

@@ -3,7 +3,7 @@ commands they become. The proc protocol itself runs against a real kernel (tests
 
 import pytest
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _pktgen
+from ansible_collections.ebpf.xdp.plugins.module_utils import _cpus, _pktgen
 
 # The issue's text (samples/pktgen, pktgen_sample03_burst_single_flow.sh -t 4), one thread's Result.
 ISSUE = ("Result: OK: 11791017(c11788327+d2689) usec, 59622913 (60byte,0frags)\n"
@@ -91,10 +91,10 @@ def test_thread_devices():
 
 
 def test_cpu_lists():
-    assert _pktgen.parse_cpu_list("0-3,6\n") == {0, 1, 2, 3, 6}
-    assert _pktgen.parse_cpu_list("0\n") == {0}
-    assert _pktgen.cpu_list({0, 1, 2, 3, 6, 8, 9}) == "0-3,6,8-9"
-    assert _pktgen.cpu_list(set()) == ""
+    assert _cpus.parse_cpu_list("0-3,6\n") == {0, 1, 2, 3, 6}
+    assert _cpus.parse_cpu_list("0\n") == {0}
+    assert _cpus.cpu_list({0, 1, 2, 3, 6, 8, 9}) == "0-3,6,8-9"
+    assert _cpus.cpu_list(set()) == ""
     _pktgen.check_cpus([0, 1], {0, 1})
     with pytest.raises(_pktgen.PktgenError, match=r"^CPU 63 is not present or not online \(online: 0-1\)"):
         _pktgen.check_cpus([0, 63], {0, 1})

@@ -10,7 +10,9 @@ from ansible.errors import AnsibleFilterError
 
 def counter_growth(after, before):
     """How much each counter of `after` grew since `before`, dicts nested alike; counters that did not grow
-    are left out, dicts are kept (empty when nothing in them grew), a counter missing from `before` was 0."""
+    are left out, dicts are kept (empty when nothing in them grew), a counter missing from `before` was 0.
+    A counter below its earlier reading was reset (its map re-created by a re-attach) and grew by all of
+    its value since."""
     if not isinstance(after, dict):
         raise AnsibleFilterError("counter_growth expects a dict of counters, not %s" % type(after).__name__)
     before = before or {}
@@ -19,7 +21,8 @@ def counter_growth(after, before):
         if isinstance(value, dict):
             out[key] = counter_growth(value, before.get(key))
         elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            grown = value - (before.get(key) or 0)
+            earlier = before.get(key) or 0
+            grown = value - earlier if value >= earlier else value
             if grown:
                 out[key] = grown
         else:

@@ -28,6 +28,8 @@ def test_counter_growth_nested():
     before = {"eth0": {"17": 500, "6": 20}}
     assert counter_growth(after, before) == {"eth0": {"17": 1000}, "eth1": {"17": 5}}
     assert counter_growth({"a": 1}, None) == {"a": 1}
+    # Lower than before: reset in between (a re-attach), so all of it is growth since; never negative.
+    assert counter_growth({"eth0": {"17": 300, "6": 0}}, {"eth0": {"17": 1500, "6": 20}}) == {"eth0": {"17": 300}}
     with pytest.raises(AnsibleFilterError, match="not a number or a dict"):
         counter_growth({"a": "x"}, {})
     with pytest.raises(AnsibleFilterError, match="expects a dict"):

@@ -99,6 +99,10 @@ static __always_inline int restore_header(void *data, void *data_end,
 		/* Keeps clang from checking data + len and writing 8 bytes
 		 * before it, which the verifier cannot follow. */
 		barrier_var(off);
+		/* Bounds it again where the verifier sees them: older ones
+		 * (6.1) lose len's across the barrier. */
+		if (off > TG_HEADER_MAX - 8)
+			return -1;
 		tail = data + off;
 		if (tail + 8 > data_end)
 			return -1;

@@ -1,0 +1,760 @@
+#!/usr/bin/python3
+# -*- coding: utf-8 -*-
+# Copyright (c) ebpf.xdp contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The ebpf.xdp Prometheus exporter, installed and run by the role ebpf.xdp.xdp_metrics.
+
+What is attached and what its counters say is read on every scrape by the
+collection's own module_utils (_facts.snapshot, the reader behind
+ebpf.xdp.xdp_facts), shipped next to this file under
+ansible_collections/ebpf/xdp/plugins/module_utils so that their imports
+resolve as they do in a module. This file only turns those facts into
+metric families (prometheus_client's custom collector API) and serves them.
+
+Namespaces read: the exporter's own and every namespace that has a
+directory under the pin root (<pin_root>/<netns>/, see _pins), or exactly
+those listed in the configuration. The initial namespace is called "host".
+
+    ebpf_xdp_exporter.py --config FILE            serve in the foreground (systemd)
+    ebpf_xdp_exporter.py --config FILE --start    start in the background (pid file), after checking
+    ebpf_xdp_exporter.py --config FILE --stop | --status | --check
+    ebpf_xdp_exporter.py --config FILE --once     print one scrape and exit
+
+--start and --stop with --dry-run say what they would do (the role's check
+mode). An exporter started inside a named network namespace exits when that
+namespace is deleted (the lab's hosts are such namespaces).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import errno
+import inspect
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+import urllib.error
+import urllib.request
+from typing import NoReturn
+
+LOG = logging.getLogger("ebpf_xdp_exporter")
+
+DEFAULTS = {
+    "service": "ebpf-xdp-metrics",
+    "pin_root": "/sys/fs/bpf/ebpf_xdp",
+    "netns": [],
+    "mode": "http",
+    "listen_address": "127.0.0.1",
+    "port": 9436,
+    "textfile_path": "/var/lib/prometheus/node-exporter/ebpf_xdp.prom",
+    "interval": 15.0,
+    "pid_file": "/run/ebpf_xdp/ebpf-xdp-metrics.pid",
+    "max_keys_per_map": 64,
+}
+MODES = ("http", "textfile")
+HOST_KEY = "host"
+NETNS_RUN_DIR = "/run/netns"
+PROTOCOL_MAP = "proto_count"
+# The multicast programs' per-group counters (_devmap.MAPS), shared by every port of a map set: exported once
+# per group as ebpf_xdp_group_*, not once per port as generic counters.
+GROUP_MAPS = ("mcast_frames", "mcast_copies")
+HOOK_LABELS = ("netns", "interface", "hook", "program")
+GROUP_LABELS = ("netns", "map_set", "group", "group_id")
+# Seconds between looks at our own namespace while no request comes.
+WATCH_INTERVAL = 5.0
+REQUEST_TIMEOUT = 10.0
+
+# Every metric this exporter writes: name -> (type, help, labels). The
+# exposed name adds _total (counter) or _info (info), as prometheus_client does.
+METRICS = {
+    "ebpf_xdp_program": (
+        "info", "An XDP or tc program attached to an interface; owner ebpf.xdp or unmanaged.",
+        HOOK_LABELS + ("mode", "id", "tag", "owner")),
+    "ebpf_xdp_packets": (
+        "counter", "Packets counted per IP protocol by a program's proto_count map, summed over CPUs.",
+        HOOK_LABELS + ("map", "proto")),
+    "ebpf_xdp_map_counter": (
+        "counter", "Entries of a program's other maps of 64-bit counters, summed over CPUs, by key "
+        "(zeros left out, at most max_keys_per_map keys per map).",
+        HOOK_LABELS + ("map", "key")),
+    "ebpf_xdp_map_counter_keys": (
+        "gauge", "Non-zero entries in a program's counter map (more than exported when above max_keys_per_map).",
+        HOOK_LABELS + ("map",)),
+    "ebpf_xdp_network_receive_packets": (
+        "counter", "Packets received by an interface that has a program.", ("netns", "interface")),
+    "ebpf_xdp_network_transmit_packets": (
+        "counter", "Packets sent by an interface that has a program.", ("netns", "interface")),
+    "ebpf_xdp_network_receive_bytes": (
+        "counter", "Bytes received by an interface that has a program.", ("netns", "interface")),
+    "ebpf_xdp_network_transmit_bytes": (
+        "counter", "Bytes sent by an interface that has a program.", ("netns", "interface")),
+    "ebpf_xdp_network_receive_drop": (
+        "counter", "Received packets the interface dropped (XDP_DROP included where the driver counts it).",
+        ("netns", "interface")),
+    "ebpf_xdp_network_transmit_drop": (
+        "counter", "Packets the interface dropped on transmit.", ("netns", "interface")),
+    "ebpf_xdp_group_frames": (
+        "counter", "Frames a multicast program classified to a devmap group.", GROUP_LABELS),
+    "ebpf_xdp_group_copies": (
+        "counter", "Copies a multicast program asked the kernel to send for a devmap group.", GROUP_LABELS),
+    "ebpf_xdp_group_members": (
+        "gauge", "Member interfaces of a devmap group.", GROUP_LABELS),
+    "ebpf_xdp_netns_up": (
+        "gauge", "1 when the namespace was read completely in this scrape, 0 when reading it failed.", ("netns",)),
+    "ebpf_xdp_collect_duration_seconds": (
+        "gauge", "Seconds this scrape spent reading programs, maps and counters.", ()),
+    "ebpf_xdp_collect_errors": (
+        "counter", "Namespaces whose reading failed, since the exporter started.", ()),
+    "ebpf_xdp_exporter": (
+        "info", "The exporter itself: its service name and mode.", ("service", "mode")),
+}
+INTERFACE_STATS = {
+    "ebpf_xdp_network_receive_packets": "rx_packets",
+    "ebpf_xdp_network_transmit_packets": "tx_packets",
+    "ebpf_xdp_network_receive_bytes": "rx_bytes",
+    "ebpf_xdp_network_transmit_bytes": "tx_bytes",
+    "ebpf_xdp_network_receive_drop": "rx_dropped",
+    "ebpf_xdp_network_transmit_drop": "tx_dropped",
+}
+SUFFIXES = {"counter": "_total", "info": "_info", "gauge": ""}
+
+
+class ConfigError(Exception):
+    """A configuration the exporter cannot run with; the message says what to change."""
+
+
+def exposed_names() -> set[str]:
+    """The metric names as they appear in the exposition (what dashboards and queries use)."""
+    return {name + SUFFIXES[kind] for name, (kind, _help, _labels) in METRICS.items()}
+
+
+# ---------------------------------------------------------------- configuration (pure)
+
+
+def load_config(raw: dict) -> dict:
+    """The configuration with defaults filled in, or ConfigError naming the bad setting."""
+    unknown = sorted(set(raw) - set(DEFAULTS))
+    if unknown:
+        raise ConfigError("unknown setting(s) %s; known: %s" % (", ".join(unknown), ", ".join(sorted(DEFAULTS))))
+    config = dict(DEFAULTS, **raw)
+    if config["mode"] not in MODES:
+        raise ConfigError("mode %r is not one of %s" % (config["mode"], ", ".join(MODES)))
+    if not os.path.isabs(str(config["pin_root"])):
+        raise ConfigError("pin_root %r is not an absolute path" % config["pin_root"])
+    if not isinstance(config["netns"], list) or not all(isinstance(n, str) and n for n in config["netns"]):
+        raise ConfigError("netns must be a list of namespace names (empty: every managed one)")
+    if not isinstance(config["port"], int) or not 1 <= config["port"] <= 65535:
+        raise ConfigError("port %r is not a TCP port (1-65535)" % (config["port"],))
+    if not config["listen_address"]:
+        raise ConfigError("listen_address is empty")
+    if not str(config["textfile_path"]).endswith(".prom") or not os.path.isabs(str(config["textfile_path"])):
+        raise ConfigError("textfile_path %r must be an absolute path ending in .prom (node_exporter reads only those)"
+                          % config["textfile_path"])
+    if not isinstance(config["interval"], (int, float)) or config["interval"] <= 0:
+        raise ConfigError("interval %r must be a positive number of seconds" % (config["interval"],))
+    if not isinstance(config["max_keys_per_map"], int) or config["max_keys_per_map"] < 0:
+        raise ConfigError("max_keys_per_map %r must be a number >= 0" % (config["max_keys_per_map"],))
+    return config
+
+
+# ---------------------------------------------------------------- facts -> samples (pure)
+
+
+class Samples:
+    """name -> {label values: value}; repeated label sets add up (two unnamed programs with one name on a hook)."""
+
+    def __init__(self):
+        self.values = {name: {} for name in METRICS}
+
+    def add(self, name: str, labels: tuple, value: float, replace: bool = False) -> None:
+        kind, _help, names = METRICS[name]
+        assert len(labels) == len(names), (name, labels)
+        series = self.values[name]
+        labels = tuple(str(v) for v in labels)
+        if replace or kind != "counter":
+            series[labels] = value
+        else:
+            series[labels] = series.get(labels, 0) + value
+
+
+def _programs(entry: dict):
+    """(hook, program facts) of one interface's facts, XDP first, then tc in run order."""
+    if entry.get("xdp"):
+        yield "xdp", entry["xdp"]
+    for direction, progs in sorted((entry.get("tc") or {}).items()):
+        for prog in progs:
+            yield "tc_" + direction, prog
+
+
+def protocol_name(number: int) -> str:
+    # The collection's own table when it is importable (it always is on a host the role set up).
+    try:
+        from ansible_collections.ebpf.xdp.plugins.module_utils import _facts  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        return "proto-%d" % number
+    return _facts.protocol_name(number)
+
+
+def add_namespace(samples: Samples, key: str, facts: dict, max_keys: int) -> None:
+    """The samples of one namespace's facts (_facts.snapshot)."""
+    for ifname, entry in sorted(facts.get("interfaces", {}).items()):
+        for metric, stat in INTERFACE_STATS.items():
+            samples.add(metric, (key, ifname), entry.get("stats", {}).get(stat, 0), replace=True)
+        for hook, prog in _programs(entry):
+            program = prog.get("program") or prog.get("name") or "id-%s" % prog.get("id")
+            where = (key, ifname, hook, program)
+            mode = prog.get("mode") or prog.get("method") or ""
+            identity = (mode, prog.get("id"), prog.get("tag") or "", prog.get("owner") or "unmanaged")
+            samples.add("ebpf_xdp_program", where + identity, 1, replace=True)
+            for map_name, values in sorted((prog.get("counters") or {}).items()):
+                if map_name == PROTOCOL_MAP:
+                    for proto_key, total in values.items():
+                        samples.add("ebpf_xdp_packets", where + (map_name, protocol_name(int(proto_key))), total)
+                    continue
+                if map_name in GROUP_MAPS:
+                    continue
+                samples.add("ebpf_xdp_map_counter_keys", where + (map_name,), len(values), replace=True)
+                for map_key in sorted(values, key=_key_order)[:max_keys]:
+                    samples.add("ebpf_xdp_map_counter", where + (map_name, map_key), values[map_key])
+    for set_name, groups in sorted((facts.get("devmap_groups") or {}).items()):
+        for group in groups:
+            labels = (key, set_name, group.get("name") or str(group["id"]), group["id"])
+            samples.add("ebpf_xdp_group_frames", labels, group.get("frames", 0))
+            samples.add("ebpf_xdp_group_copies", labels, group.get("copies", 0))
+            samples.add("ebpf_xdp_group_members", labels, len(group.get("members") or ()), replace=True)
+
+
+def _key_order(key: str):
+    return (0, int(key), "") if key.isdigit() else (1, 0, key)
+
+
+# ---------------------------------------------------------------- reading the kernel
+
+
+def _ns_inode(path: str) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def own_namespace() -> tuple[str, str | None]:
+    """(key, path that names it) of the namespace this process runs in; path None when nothing names it."""
+    from ansible_collections.ebpf.xdp.plugins.module_utils import _netns  # pylint: disable=import-outside-toplevel
+    key = _netns.netns_key()
+    if key == HOST_KEY:
+        return key, None
+    path = os.path.join(NETNS_RUN_DIR, key)
+    return key, (path if os.path.exists(path) else None)
+
+
+def wanted_namespaces(config: dict, own_key: str) -> list[str]:
+    """The namespace keys to read: the configured ones, or ours and every one with pins."""
+    if config["netns"]:
+        return list(dict.fromkeys(config["netns"]))
+    keys = [own_key]
+    try:
+        entries = sorted(os.listdir(config["pin_root"]))
+    except OSError:
+        entries = []
+    keys += [e for e in entries if os.path.isdir(os.path.join(config["pin_root"], e)) and e != own_key]
+    return keys
+
+
+@contextlib.contextmanager
+def _entered(path: str):
+    """setns(2) into the namespace at path for the body (the exporter reads in its main thread only)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    target = os.open(path, os.O_RDONLY)
+    original = os.open("/proc/self/ns/net", os.O_RDONLY)
+    try:
+        if libc.setns(target, 0x40000000) != 0:  # CLONE_NEWNET
+            err = ctypes.get_errno()
+            raise OSError(err, "setns %s: %s" % (path, os.strerror(err)))
+        try:
+            yield
+        finally:
+            if libc.setns(original, 0x40000000) != 0:
+                # Staying in the wrong namespace would mislabel every later scrape.
+                os._exit(3)  # pylint: disable=protected-access
+    finally:
+        os.close(target)
+        os.close(original)
+
+
+def namespace_path(key: str, own_key: str) -> str | None:
+    """Where to enter the namespace called key; '' for our own; None when it does not exist (any more)."""
+    if key == own_key:
+        return ""
+    if key == HOST_KEY:
+        return "/proc/1/ns/net"
+    path = os.path.join(NETNS_RUN_DIR, key)
+    return path if os.path.exists(path) and "/" not in key else None
+
+
+class Reader:
+    """Reads every wanted namespace through _facts.snapshot, one after the other."""
+
+    def __init__(self, config: dict):
+        self.config = config
+        self.own_key, self.own_path = own_namespace()
+        self.own_inode = _ns_inode("/proc/self/ns/net")
+        self.errors = 0
+
+    def read(self) -> tuple[dict[str, dict | None], float]:
+        """({netns key: facts, or None when reading failed}, seconds spent)."""
+        from ansible_collections.ebpf.xdp.plugins.module_utils import _facts  # pylint: disable=import-outside-toplevel
+        began = time.monotonic()
+        out = {}
+        for key in wanted_namespaces(self.config, self.own_key):
+            path = namespace_path(key, self.own_key)
+            if path is None:
+                continue  # pins of a namespace that is gone: nothing is attached there any more
+            try:
+                warnings = []
+                with (_entered(path) if path else contextlib.nullcontext()):
+                    out[key] = _facts.snapshot(self.config["pin_root"], key, [], **self._warnings_to(warnings))
+                for warning in warnings:
+                    LOG.warning("network namespace %s: %s", key, warning)
+            except Exception as exc:  # pylint: disable=broad-except
+                # One namespace that cannot be read (deleted meanwhile, a map we may not read, a netlink
+                # error) must not take the others, or the exporter, down: it shows as netns_up 0.
+                self.errors += 1
+                LOG.warning("reading network namespace %s failed: %s: %s", key, type(exc).__name__, exc)
+                out[key] = None
+        return out, time.monotonic() - began
+
+    @staticmethod
+    def _warnings_to(warnings: list) -> dict:
+        """snapshot()'s warnings argument, where the shipped _facts has it (what it left out, and why)."""
+        from ansible_collections.ebpf.xdp.plugins.module_utils import _facts  # pylint: disable=import-outside-toplevel
+        return {"warnings": warnings} if "warnings" in inspect.signature(_facts.snapshot).parameters else {}
+
+    def namespace_gone(self) -> bool:
+        """Whether we run in a named namespace that was deleted (ip netns del) or replaced."""
+        return bool(self.own_path) and _ns_inode(self.own_path) != self.own_inode
+
+
+def build_samples(config: dict, snapshots: dict, seconds: float, errors: int) -> Samples:
+    samples = Samples()
+    for key, facts in snapshots.items():
+        samples.add("ebpf_xdp_netns_up", (key,), 0 if facts is None else 1, replace=True)
+        if facts is not None:
+            add_namespace(samples, key, facts, config["max_keys_per_map"])
+    samples.add("ebpf_xdp_collect_duration_seconds", (), round(seconds, 6), replace=True)
+    samples.add("ebpf_xdp_collect_errors", (), errors, replace=True)
+    samples.add("ebpf_xdp_exporter", (config["service"], config["mode"]), 1, replace=True)
+    return samples
+
+
+# ---------------------------------------------------------------- prometheus_client
+
+
+def _client():
+    try:
+        import prometheus_client  # pylint: disable=import-outside-toplevel
+        from prometheus_client import core  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        raise ConfigError("the Python module prometheus_client is missing for %s: install python3-prometheus-client"
+                          % sys.executable)
+    return prometheus_client, core
+
+
+class Collector:
+    """prometheus_client's custom collector: reads the kernel on every collect()."""
+
+    def __init__(self, config: dict, reader: Reader):
+        self.config = config
+        self.reader = reader
+        self.core = _client()[1]
+
+    def collect(self):
+        snapshots, seconds = self.reader.read()
+        samples = build_samples(self.config, snapshots, seconds, self.reader.errors)
+        families = {"counter": self.core.CounterMetricFamily, "gauge": self.core.GaugeMetricFamily}
+        for name, (kind, text, labels) in METRICS.items():
+            series = samples.values[name]
+            if kind == "info":
+                family = self.core.InfoMetricFamily(name, text, labels=labels)
+                for values in sorted(series):
+                    family.add_metric(list(values), {})
+            else:
+                family = families[kind](name, text, labels=list(labels))
+                for values, value in sorted(series.items()):
+                    family.add_metric(list(values), value)
+            yield family
+
+
+def registry(config: dict, reader: Reader):
+    client, _core = _client()
+    reg = client.CollectorRegistry(auto_describe=False)
+    reg.register(Collector(config, reader))
+    client.ProcessCollector(registry=reg)  # process_resident_memory_bytes, cpu seconds, open fds
+    return reg
+
+
+# ---------------------------------------------------------------- serving
+
+
+class ListenError(ConfigError):
+    pass
+
+
+def make_http_server(config: dict, app):
+    """A single-threaded WSGI server bound to the configured address (bind errors as ListenError)."""
+    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer  # pylint: disable=import-outside-toplevel
+
+    class Handler(WSGIRequestHandler):
+        timeout = REQUEST_TIMEOUT  # a client that stalls cannot hold the only thread for long
+
+        def log_message(self, *args):  # pylint: disable=arguments-differ
+            pass
+
+    address, port = config["listen_address"], config["port"]
+    try:
+        family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0][0]
+    except socket.gaierror as exc:
+        raise ListenError("listen_address %r cannot be resolved: %s" % (address, exc))
+    server_class = type("Server", (WSGIServer,), {"address_family": family})
+    try:
+        server = server_class((address, port), Handler)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise ListenError("cannot listen on %s: the port is in use by another process; "
+                              "choose another port (xdp_metrics_port)" % _where(config))
+        if exc.errno == errno.EADDRNOTAVAIL:
+            raise ListenError("cannot listen on %s: no interface in this network namespace has that address "
+                              "(xdp_metrics_listen_address)" % _where(config))
+        raise ListenError("cannot listen on %s: %s" % (_where(config), exc.strerror or exc))
+    server.set_app(app)
+    server.timeout = WATCH_INTERVAL
+    return server
+
+
+def _where(config: dict) -> str:
+    address = config["listen_address"]
+    return "[%s]:%d" % (address, config["port"]) if ":" in address else "%s:%d" % (address, config["port"])
+
+
+def serve_http(config: dict, reader: Reader, server) -> None:
+    client, _core = _client()
+    server.set_app(client.make_wsgi_app(registry(config, reader)))
+    LOG.info("serving %s metrics on http://%s/metrics", config["service"], _where(config))
+    while not reader.namespace_gone():
+        server.handle_request()
+    LOG.info("network namespace %s was deleted: exiting", reader.own_key)
+
+
+def write_textfile(config: dict, reg) -> None:
+    """The scrape as a .prom file, replaced atomically (node_exporter never reads half a file)."""
+    client, _core = _client()
+    path = config["textfile_path"]
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    try:
+        data = client.generate_latest(reg)
+        with open(tmp, "wb") as out:
+            out.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def serve_textfile(config: dict, reader: Reader) -> None:
+    reg = registry(config, reader)
+    LOG.info("writing %s metrics to %s every %s s", config["service"], config["textfile_path"], config["interval"])
+    while not reader.namespace_gone():
+        started = time.monotonic()
+        try:
+            write_textfile(config, reg)
+        except OSError as exc:
+            LOG.error("writing %s failed: %s", config["textfile_path"], exc)
+        time.sleep(max(0.1, config["interval"] - (time.monotonic() - started)))
+    LOG.info("network namespace %s was deleted: exiting", reader.own_key)
+
+
+# ---------------------------------------------------------------- checks and process control
+
+
+def check_environment(config: dict) -> None:
+    """What must hold before the exporter runs: its libraries, bpffs at the pin root, a writable textfile dir."""
+    _client()
+    try:
+        from ansible_collections.ebpf.xdp.plugins.module_utils import _facts, _netlink, _pins  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
+    except (ImportError, OSError) as exc:
+        raise ConfigError("the collection's module_utils cannot be loaded with %s: %s" % (sys.executable, exc))
+    if not _netlink.HAS_PYROUTE2:
+        raise ConfigError("pyroute2 is missing for %s: install python3-pyroute2 (role ebpf.xdp.toolchain)"
+                          % sys.executable)
+    try:
+        _pins.check_bpffs(config["pin_root"])
+    except _pins.PinError as exc:
+        raise ConfigError(str(exc))
+    if config["mode"] == "textfile":
+        directory = os.path.dirname(config["textfile_path"])
+        if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
+            raise ConfigError("textfile directory %s does not exist or is not writable" % directory)
+
+
+def read_pid(config: dict) -> int | None:
+    try:
+        with open(config["pid_file"], encoding="ascii") as src:
+            return int(src.read().strip() or 0) or None
+    except (OSError, ValueError):
+        return None
+
+
+def ours(pid: int, config_path: str) -> bool:
+    """Whether pid is this exporter serving this configuration (not a recycled pid)."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as src:
+            argv = src.read().split(b"\0")
+    except OSError:
+        return False
+    paths = {os.path.realpath(arg.decode(errors="replace")) for arg in argv if arg.startswith(b"/")}
+    return os.path.realpath(__file__) in paths and os.path.realpath(config_path) in paths
+
+
+def running_pid(config: dict, config_path: str) -> int | None:
+    pid = read_pid(config)
+    return pid if pid and ours(pid, config_path) else None
+
+
+def stale(config: dict, config_path: str) -> bool:
+    """Whether the exporter's code or configuration changed after it started (its pid file was written).
+
+    Exporters that share one installation (the lab's hosts) see each
+    other's updates here, not in their own run's copy results.
+    """
+    try:
+        started = os.stat(config["pid_file"]).st_mtime
+    except OSError:
+        return False
+    here = os.path.dirname(os.path.realpath(__file__))
+    module_utils = os.path.join(here, "ansible_collections", "ebpf", "xdp", "plugins", "module_utils")
+    paths = [os.path.realpath(__file__), config_path]
+    with contextlib.suppress(OSError):
+        paths += [os.path.join(module_utils, name) for name in os.listdir(module_utils) if name.endswith(".py")]
+    newest = 0.0
+    for path in paths:
+        with contextlib.suppress(OSError):
+            newest = max(newest, os.stat(path).st_mtime)
+    return newest > started
+
+
+def serving_us(config: dict) -> bool:
+    """Whether what listens at the configured address is this service's exporter (a restart will free it)."""
+    host = config["listen_address"]
+    if host in ("0.0.0.0", ""):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    url = "http://%s:%d/metrics" % ("[%s]" % host if ":" in host else host, config["port"])
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=REQUEST_TIMEOUT) as resp:
+            text = resp.read().decode(errors="replace")
+    except (OSError, urllib.error.URLError):
+        return False
+    mark = 'service="%s"' % config["service"]
+    return any(line.startswith("ebpf_xdp_exporter_info{") and mark in line for line in text.splitlines())
+
+
+def check(config: dict) -> None:
+    """--check: everything --start would check, without starting anything."""
+    check_environment(config)
+    if config["mode"] == "http":
+        try:
+            make_http_server(config, None).server_close()
+        except ListenError:
+            if not serving_us(config):
+                raise
+
+
+def write_pid_file(config: dict) -> None:
+    os.makedirs(os.path.dirname(config["pid_file"]), mode=0o755, exist_ok=True)
+    tmp = config["pid_file"] + ".tmp"
+    with open(tmp, "w", encoding="ascii") as out:
+        out.write("%d\n" % os.getpid())
+    os.replace(tmp, config["pid_file"])
+
+
+def remove_pid_file(config: dict) -> None:
+    if read_pid(config) == os.getpid():
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(config["pid_file"])
+
+
+def _terminate(_signum, _frame):
+    raise SystemExit(0)
+
+
+def run(config: dict, server=None) -> None:
+    """Serve until SIGTERM (or until our namespace is deleted)."""
+    reader = Reader(config)
+    if config["mode"] == "http" and server is None:
+        server = make_http_server(config, None)
+    signal.signal(signal.SIGTERM, _terminate)
+    write_pid_file(config)
+    try:
+        if config["mode"] == "http":
+            serve_http(config, reader, server)
+        else:
+            serve_textfile(config, reader)
+    finally:
+        remove_pid_file(config)
+
+
+def start(config: dict, log_file: str | None) -> int:
+    """Check, bind and detach (double fork); the parent returns once the exporter serves, or with its error."""
+    check_environment(config)
+    ready_r, ready_w = os.pipe()
+    child = os.fork()
+    if child:
+        os.close(ready_w)
+        with os.fdopen(ready_r, "rb") as ready:
+            answer = ready.read().decode(errors="replace")
+        os.waitpid(child, 0)
+        if answer.startswith("ok "):
+            print(json.dumps({"started": True, "pid": int(answer.split()[1])}))
+            return 0
+        print(answer.strip() or "the exporter exited before it was ready; see %s" % log_file, file=sys.stderr)
+        return 1
+    os.close(ready_r)
+    _daemon(config, log_file, ready_w)
+
+
+def _daemon(config: dict, log_file: str | None, ready_w: int) -> NoReturn:
+    """The detached exporter: a new session, bound, logging to log_file; says "ok PID" (or its error) on ready_w."""
+    os.setsid()
+    if os.fork():
+        os._exit(0)  # pylint: disable=protected-access
+    try:
+        server = make_http_server(config, None) if config["mode"] == "http" else None
+        _detach(log_file)
+        write_pid_file(config)
+    except Exception as exc:  # pylint: disable=broad-except
+        os.write(ready_w, str(exc).encode())
+        os._exit(1)  # pylint: disable=protected-access
+    os.write(ready_w, ("ok %d" % os.getpid()).encode())
+    os.close(ready_w)
+    try:
+        run(config, server)
+    except Exception:  # pylint: disable=broad-except
+        LOG.exception("the exporter stopped")
+        os._exit(1)  # pylint: disable=protected-access
+    os._exit(0)  # pylint: disable=protected-access
+
+
+def _detach(log_file: str | None) -> None:
+    os.chdir("/")
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    if log_file:
+        os.makedirs(os.path.dirname(log_file), mode=0o755, exist_ok=True)
+        out = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+    else:
+        out = null
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+
+
+def stop(config: dict, config_path: str, timeout: float = 10.0) -> bool:
+    """SIGTERM, then SIGKILL after timeout; True if an exporter was running."""
+    pid = running_pid(config, config_path)
+    if not pid:
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not ours(pid, config_path):
+            break
+        time.sleep(0.05)
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(FileNotFoundError):
+        if read_pid(config) == pid:
+            os.unlink(config["pid_file"])
+    return True
+
+
+def read_config_file(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as src:
+            raw = json.load(src)
+    except OSError as exc:
+        raise ConfigError("cannot read the configuration %s: %s" % (path, exc.strerror))
+    except ValueError as exc:
+        raise ConfigError("the configuration %s is not JSON: %s" % (path, exc))
+    if not isinstance(raw, dict):
+        raise ConfigError("the configuration %s is not a JSON object" % path)
+    return load_config(raw)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--config", required=True, help="the JSON configuration the role writes")
+    parser.add_argument("--config-json", help="use this JSON instead of the file's content (checks before writing)")
+    action = parser.add_mutually_exclusive_group()
+    for name in ("start", "stop", "restart", "status", "check", "once"):
+        action.add_argument("--" + name, action="store_true")
+    parser.add_argument("--dry-run", action="store_true", help="with --start/--stop/--restart: only say it")
+    parser.add_argument("--log-file", help="with --start: where the detached exporter logs")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        config = load_config(json.loads(args.config_json)) if args.config_json else read_config_file(args.config)
+        if args.status:
+            pid = running_pid(config, args.config)
+            print(json.dumps({"running": bool(pid), "pid": pid, "stale": bool(pid) and stale(config, args.config)}))
+            return 0
+        if args.check:
+            check(config)
+            print(json.dumps({"ok": True}))
+            return 0
+        if args.stop or args.restart:
+            pid = running_pid(config, args.config)
+            if args.dry_run:
+                if args.restart:
+                    check_environment(config)
+                print(json.dumps({"stopped": bool(pid), "dry_run": True}))
+                return 0
+            stopped = stop(config, args.config)
+            if args.stop:
+                print(json.dumps({"stopped": stopped}))
+                return 0
+        if args.start or args.restart:
+            if args.dry_run:
+                check(config)
+                print(json.dumps({"started": True, "dry_run": True}))
+                return 0
+            return start(config, args.log_file)
+        if args.once:
+            client, _core = _client()
+            sys.stdout.write(client.generate_latest(registry(config, Reader(config))).decode())
+            return 0
+        check_environment(config)
+        run(config)
+        return 0
+    except ConfigError as exc:
+        print("ebpf_xdp_exporter: %s" % exc, file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        print("ebpf_xdp_exporter: the collection's module_utils cannot be loaded with %s: %s (they belong under %s)"
+              % (sys.executable, exc, os.path.join(os.path.dirname(os.path.realpath(__file__)), "ansible_collections")),
+              file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

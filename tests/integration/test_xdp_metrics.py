@@ -1,0 +1,480 @@
+"""The role ebpf.xdp.xdp_metrics end to end: a real exporter, real programs, real frames, real scrapes.
+
+Every test has namespaces of its own (conftest Pair) and its own pin root;
+the role runs with ansible-playbook against localhost (the exporter in this
+machine's namespace, reading every namespace that has pins) or, like the
+lab, through the ebpf.xdp.netns connection inside one namespace. Its files
+go to a temporary directory, so nothing of the machine's own exporter (if
+any) is touched. Programs are attached with ebpf.xdp.xdp_program, frames
+sent with ebpf.xdp.xdp_trafficgen, and what the exporter says is compared
+with what was sent; promtool (Debian's prometheus package) judges the
+exposition, and a real Prometheus server scrapes it once.
+"""
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+import uuid
+
+import pytest
+import yaml
+
+from conftest import ROOT, SYSTEM_PYTHON, ModuleRunner, sh
+
+ENV = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+           ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+           ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"),
+           ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
+PLAYBOOK = """
+- name: The exporter
+  hosts: all
+  gather_facts: false
+  roles:
+    - role: ebpf.xdp.xdp_metrics
+"""
+DASHBOARD = os.path.join(ROOT, "roles", "xdp_metrics", "files", "grafana", "ebpf_xdp.json")
+
+pytestmark = pytest.mark.skipif(not shutil.which("promtool"), reason="promtool missing: run scripts/setup.sh")
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Exporter:
+    """One exporter installed by the role into a directory of its own; the role run as a playbook."""
+
+    def __init__(self, base, pin_root, inventory="localhost,", connection="local", **extra):
+        self.base = str(base)
+        self.name = "xm-%s" % uuid.uuid4().hex[:6]
+        self.port = free_port()
+        self.playbook = os.path.join(self.base, "play.yml")
+        with open(self.playbook, "w", encoding="utf-8") as out:
+            out.write(PLAYBOOK)
+        self.inventory, self.connection = inventory, connection
+        self.vars = dict({
+            "xdp_metrics_service_name": self.name, "xdp_metrics_port": self.port,
+            "xdp_metrics_pin_root": pin_root, "xdp_metrics_service_manager": "process",
+            "xdp_metrics_install_dir": os.path.join(self.base, "lib"),
+            "xdp_metrics_config_dir": os.path.join(self.base, "etc"),
+            "xdp_metrics_run_dir": os.path.join(self.base, "run"),
+            "xdp_metrics_log_dir": os.path.join(self.base, "log"),
+            "xdp_metrics_apt_update_cache": False}, **extra)
+
+    @property
+    def pid_file(self):
+        return os.path.join(self.base, "run", self.name + ".pid")
+
+    @property
+    def config_file(self):
+        return os.path.join(self.base, "etc", self.name + ".json")
+
+    def role(self, check=False, expect_ok=True, **extra):
+        """ansible-playbook with the role; the json callback's output (and the failure messages)."""
+        argv = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", self.inventory, self.playbook,
+                "-e", json.dumps(dict(self.vars, **extra))]
+        if self.connection:
+            argv += ["-c", self.connection, "-e", "ansible_python_interpreter=%s" % SYSTEM_PYTHON]
+        if check:
+            argv.append("--check")
+        proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=ROOT, check=False)
+        try:
+            out = json.loads(proc.stdout)
+        except ValueError:
+            raise AssertionError("ansible-playbook printed no JSON:\n%s\n%s" % (proc.stdout[-3000:], proc.stderr))
+        failed = [s for s in out["stats"].values() if s["failures"] or s["unreachable"]]
+        if expect_ok:
+            assert proc.returncode == 0 and not failed, proc.stdout[-6000:] + proc.stderr[-2000:]
+        return out
+
+    def rhythm(self, **extra):
+        """check -> run -> check -> run: changed, changed, not changed, not changed."""
+        outs = [self.role(check=check, **extra) for check in (True, False, True, False)]
+        counts = [changed(out) for out in outs]
+        assert counts[0] > 0 and counts[1] > 0 and counts[2:] == [0, 0], (counts, changed_tasks(outs[2]),
+                                                                          changed_tasks(outs[3]), self.log())
+        return counts
+
+    def log(self):
+        try:
+            with open(os.path.join(self.base, "log", self.name + ".log"), encoding="utf-8") as src:
+                return src.read()[-3000:]
+        except OSError:
+            return ""
+
+    def pid(self):
+        try:
+            with open(self.pid_file, encoding="ascii") as src:
+                pid = int(src.read())
+        except (OSError, ValueError):
+            return None
+        return pid if os.path.exists("/proc/%d" % pid) else None
+
+    def scrape(self, host="127.0.0.1"):
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open("http://%s:%d/metrics" % (host, self.port), timeout=10) as resp:
+            return resp.read().decode()
+
+    def stop(self):
+        """Whatever a test left running (the role's absent state is tested on its own)."""
+        pid = self.pid()
+        if pid:
+            os.kill(pid, 15)
+            for _ in range(100):
+                if not os.path.exists("/proc/%d" % pid):
+                    break
+                time.sleep(0.05)
+
+
+def changed(out):
+    return sum(stats["changed"] for stats in out["stats"].values())
+
+
+def changed_tasks(out):
+    return [task["task"]["name"] for play in out["plays"] for task in play["tasks"]
+            if any(result.get("changed") for result in task["hosts"].values())]
+
+
+def failure_messages(out):
+    messages = []
+    for play in out["plays"]:
+        for task in play["tasks"]:
+            for result in task["hosts"].values():
+                if result.get("failed"):
+                    messages.append(str(result.get("msg")))
+    return messages
+
+
+def only(items):
+    assert len(items) == 1, items
+    return items[0]
+
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$')
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse(text):
+    """[(name, {label: value}, value)] of an exposition (no comments)."""
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        match = SAMPLE.match(line)
+        assert match, line
+        out.append((match.group(1), dict(LABEL.findall(match.group(2) or "")), float(match.group(3))))
+    return out
+
+
+def series(text, name, **labels):
+    """{frozenset(labels): value} of the samples of name that carry the given labels."""
+    return {frozenset(lab.items()): value for metric, lab, value in parse(text)
+            if metric == name and all(lab.get(k) == v for k, v in labels.items())}
+
+
+def value(text, name, **labels):
+    found = series(text, name, **labels)
+    assert len(found) == 1, (name, labels, found)
+    return next(iter(found.values()))
+
+
+def promtool_check(text):
+    proc = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.fixture
+def pin_root():
+    path = "/sys/fs/bpf/ebpf_xdp_test/xm%s" % uuid.uuid4().hex[:8]
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def run(pin_root):
+    return ModuleRunner(SYSTEM_PYTHON, pin_root)
+
+
+@pytest.fixture
+def workdir():
+    path = tempfile.mkdtemp(prefix="xdp_metrics_")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def exporter(workdir, pin_root):
+    exp = Exporter(workdir, pin_root)
+    yield exp
+    exp.stop()
+
+
+def attach(run, pair, drop_obj, **extra):
+    args = {"interface": "eth0", "netns": pair.rx, "object": drop_obj, "program": "xdp_drop_count", "mode": "native"}
+    res = run("xdp_program", dict(args, **extra))
+    assert not res.get("failed"), res
+    return res
+
+
+# ---------------------------------------------------------------- counters equal frames sent
+
+
+def test_scrape_counts_equal_frames_sent(pair, run, drop_obj, exporter):
+    attach(run, pair, drop_obj)
+    exporter.rhythm()
+    pid = exporter.pid()
+    assert pid, "no exporter running after the role"
+
+    before = exporter.scrape()
+    promtool_check(before)
+    assert value(before, "ebpf_xdp_netns_up", netns=pair.rx) == 1
+    [info] = series(before, "ebpf_xdp_program_info", netns=pair.rx)
+    info = dict(info)
+    assert (info["interface"], info["hook"], info["program"], info["mode"], info["owner"]) == (
+        "eth0", "xdp", "xdp_drop_count", "native", "ebpf.xdp"), info
+    assert int(info["id"]) > 0 and re.fullmatch(r"[0-9a-f]{16}", info["tag"]), info
+    assert not series(before, "ebpf_xdp_packets_total", netns=pair.rx), "counted something before any frame"
+
+    sent = pair.burst(run, count=1000, protocols=("udp", "tcp", "icmp"))["sent"]
+    assert sent == {"udp": 1000, "tcp": 1000, "icmp": 1000}, sent
+    after = exporter.scrape()
+    promtool_check(after)
+    for proto, count in sent.items():
+        assert value(after, "ebpf_xdp_packets_total", netns=pair.rx, interface="eth0", hook="xdp",
+                     program="xdp_drop_count", map="proto_count", proto=proto) == count
+    # The receiving veth counts what its XDP program dropped as received.
+    rx_before = value(before, "ebpf_xdp_network_receive_packets_total", netns=pair.rx, interface="eth0")
+    assert value(after, "ebpf_xdp_network_receive_packets_total", netns=pair.rx, interface="eth0") - rx_before == 3000
+    assert value(after, "ebpf_xdp_collect_duration_seconds") > 0
+    assert exporter.pid() == pid
+
+    # state absent: stopped, its files gone; the same rhythm.
+    exporter.rhythm(xdp_metrics_state="absent")
+    assert not os.path.exists("/proc/%d" % pid) and not exporter.pid()
+    assert not os.path.exists(exporter.config_file) and not os.path.exists(os.path.join(exporter.base, "lib"))
+    with pytest.raises(OSError):
+        exporter.scrape()
+
+
+# ---------------------------------------------------------------- detach, upgrade, remove: never a crash
+
+
+def test_exporter_keeps_serving_while_programs_come_and_go(pair, run, drop_obj, exporter):
+    attach(run, pair, drop_obj)
+    exporter.role()
+    pid = exporter.pid()
+    pair.burst(run, count=100, protocols=("udp",))
+    first = exporter.scrape()
+    old_id = dict(next(iter(series(first, "ebpf_xdp_program_info", netns=pair.rx))))["id"]
+    assert value(first, "ebpf_xdp_packets_total", netns=pair.rx, proto="udp") == 100
+
+    # Upgrade: another program in its place (count and pass), the pinned maps reused: the counter series
+    # continues under the same labels, the info series names the new id.
+    res = attach(run, pair, drop_obj, constants={"xdp_action": 2})
+    assert res["changed"], res
+    upgraded = exporter.scrape()
+    new_id = dict(next(iter(series(upgraded, "ebpf_xdp_program_info", netns=pair.rx))))["id"]
+    assert new_id != old_id
+    assert value(upgraded, "ebpf_xdp_packets_total", netns=pair.rx, proto="udp") == 100
+    pair.burst(run, count=100, protocols=("udp",))
+    assert value(exporter.scrape(), "ebpf_xdp_packets_total", netns=pair.rx, proto="udp") == 200
+
+    # Detached: its series disappear, the namespace is still read.
+    assert run("xdp_program", {"interface": "eth0", "netns": pair.rx, "state": "absent"})["changed"]
+    detached = exporter.scrape()
+    promtool_check(detached)
+    assert not series(detached, "ebpf_xdp_program_info", netns=pair.rx)
+    assert not series(detached, "ebpf_xdp_packets_total", netns=pair.rx)
+
+    # A foreign program (ip link, no record) in a namespace the exporter is told to read: owner unmanaged.
+    # A new list of namespaces is a new configuration: the role restarts the exporter.
+    attach(run, pair, drop_obj)
+    sh("ip", "-n", pair.tx, "link", "set", "dev", "eth0", "xdpgeneric", "obj", drop_obj, "sec", "xdp")
+    exporter.role(xdp_metrics_netns=[pair.rx, pair.tx])
+    restarted = exporter.pid()
+    assert restarted and restarted != pid
+    both = exporter.scrape()
+    foreign = dict(next(iter(series(both, "ebpf_xdp_program_info", netns=pair.tx))))
+    assert (foreign["owner"], foreign["mode"], foreign["program"]) == ("unmanaged", "generic", "xdp_drop_count")
+    assert dict(next(iter(series(both, "ebpf_xdp_program_info", netns=pair.rx))))["owner"] == "ebpf.xdp"
+
+    # The namespaces removed under it (programs, pins and all): their series go, the exporter stays.
+    pair.down()
+    gone = exporter.scrape()
+    promtool_check(gone)
+    assert not series(gone, "ebpf_xdp_program_info", netns=pair.rx)
+    assert not series(gone, "ebpf_xdp_netns_up", netns=pair.tx)
+    assert exporter.pid() == restarted
+    assert changed(exporter.role(xdp_metrics_netns=[pair.rx, pair.tx])) == 0
+
+
+# ---------------------------------------------------------------- bad configurations
+
+
+def test_port_in_use_is_a_clear_error_and_changes_nothing(exporter):
+    with socket.socket() as other:
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        other.bind(("127.0.0.1", exporter.port))
+        other.listen()
+        out = exporter.role(expect_ok=False)
+        message = only(failure_messages(out))
+        assert "cannot listen on 127.0.0.1:%d: the port is in use by another process" % exporter.port in message
+        assert not os.path.exists(exporter.config_file) and not exporter.pid()
+
+        # A running exporter asked to move onto the busy port: refused before anything changes.
+        busy, exporter.port = exporter.port, free_port()
+        exporter.vars["xdp_metrics_port"] = exporter.port
+        exporter.role()
+        pid = exporter.pid()
+        with open(exporter.config_file, encoding="utf-8") as src:
+            config = src.read()
+        out = exporter.role(expect_ok=False, xdp_metrics_port=busy)
+        assert "the port is in use by another process" in failure_messages(out)[0]
+        with open(exporter.config_file, encoding="utf-8") as src:
+            assert src.read() == config
+        assert exporter.pid() == pid
+        assert "ebpf_xdp_exporter_info" in exporter.scrape()
+
+
+def test_pin_root_without_bpffs_is_a_clear_error(workdir, exporter):
+    root = os.path.join(workdir, "not_bpffs", "ebpf_xdp")
+    out = exporter.role(expect_ok=False, xdp_metrics_pin_root=root)
+    message = only(failure_messages(out))
+    assert "%s is not on a BPF filesystem (bpffs)" % root in message, message
+    assert not os.path.exists(exporter.config_file) and not exporter.pid()
+
+
+def test_bad_role_arguments_are_refused(exporter):
+    out = exporter.role(expect_ok=False, xdp_metrics_mode="push")
+    message = only(failure_messages(out))
+    assert "xdp_metrics_mode" in message and "push" in message, message
+
+
+# ---------------------------------------------------------------- textfile mode
+
+
+def test_textfile_mode_writes_a_file_promtool_accepts(pair, run, drop_obj, workdir, pin_root):
+    textdir = os.path.join(workdir, "textfile")
+    os.makedirs(textdir)
+    exp = Exporter(workdir, pin_root, xdp_metrics_mode="textfile", xdp_metrics_textfile_dir=textdir,
+                   xdp_metrics_textfile_interval=0.5)
+    try:
+        attach(run, pair, drop_obj)
+        exp.rhythm()
+        path = os.path.join(textdir, exp.name + ".prom")
+        pair.burst(run, count=300, protocols=("tcp",))
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with open(path, encoding="utf-8") as src:
+                text = src.read()
+            if series(text, "ebpf_xdp_packets_total", netns=pair.rx, proto="tcp"):
+                break
+            time.sleep(0.2)
+        assert value(text, "ebpf_xdp_packets_total", netns=pair.rx, proto="tcp") == 300
+        proc = subprocess.run(["promtool", "check", "metrics"], stdin=open(path, "rb"), capture_output=True,
+                              check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert os.listdir(textdir) == [exp.name + ".prom"]  # the temporary files were renamed, none left
+        exp.role(xdp_metrics_state="absent")
+        assert not os.path.exists(path)
+    finally:
+        exp.stop()
+
+
+# ---------------------------------------------------------------- the lab's way: one exporter per namespace
+
+
+def test_exporter_in_a_namespace_serves_its_loopback_and_leaves_with_it(pair, run, drop_obj, workdir, pin_root):
+    """Through the netns connection, like inventories/lab: the exporter runs inside the host's namespace."""
+    inventory = os.path.join(workdir, "hosts.yml")
+    with open(inventory, "w", encoding="utf-8") as out:
+        yaml.safe_dump({"all": {"hosts": {pair.rx: {"ansible_connection": "ebpf.xdp.netns",
+                                                    "ansible_python_interpreter": SYSTEM_PYTHON}}}}, out)
+    exp = Exporter(workdir, pin_root, inventory=inventory, connection=None, xdp_metrics_netns=[pair.rx])
+    try:
+        attach(run, pair, drop_obj)
+        exp.rhythm()
+        pid = exp.pid()
+        pair.burst(run, count=200, protocols=("udp",))
+        text = sh("ip", "netns", "exec", pair.rx, "curl", "-sf", "--noproxy", "*",
+                  "http://127.0.0.1:%d/metrics" % exp.port).stdout
+        assert value(text, "ebpf_xdp_packets_total", netns=pair.rx, proto="udp") == 200
+        assert {dict(k)["netns"] for k in series(text, "ebpf_xdp_netns_up")} == {pair.rx}
+        with pytest.raises(OSError):
+            exp.scrape()  # loopback of the namespace, not of this machine
+        sh("ip", "netns", "del", pair.rx)
+        deadline = time.monotonic() + 15
+        while os.path.exists("/proc/%d" % pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not os.path.exists("/proc/%d" % pid), "the exporter outlived its namespace"
+    finally:
+        exp.stop()
+
+
+# ---------------------------------------------------------------- a real Prometheus
+
+
+def test_prometheus_scrapes_the_counters(pair, run, drop_obj, exporter, workdir):
+    if not shutil.which("prometheus"):
+        pytest.skip("no prometheus server")
+    attach(run, pair, drop_obj)
+    exporter.role()
+    web = free_port()
+    config = os.path.join(workdir, "prometheus.yml")
+    with open(config, "w", encoding="utf-8") as out:
+        yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": [
+            {"job_name": "ebpf_xdp", "static_configs": [{"targets": ["127.0.0.1:%d" % exporter.port]}]}]}, out)
+    server = subprocess.Popen(["prometheus", "--config.file=" + config, "--storage.tsdb.path=" + workdir + "/tsdb",
+                               "--web.listen-address=127.0.0.1:%d" % web], stdout=subprocess.DEVNULL,
+                              stderr=open(os.path.join(workdir, "prometheus.log"), "wb"))
+    try:
+        sent = pair.burst(run, count=5000, protocols=("udp",))["sent"]["udp"]
+        query = 'sum(ebpf_xdp_packets_total{netns="%s",proto="udp"})' % pair.rx
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        url = "http://127.0.0.1:%d/api/v1/query?query=%s" % (web, urllib.request.quote(query))
+        result, deadline = [], time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                with opener.open(url, timeout=5) as resp:
+                    result = json.load(resp)["data"]["result"]
+            except OSError:
+                result = []
+            if result and float(result[0]["value"][1]) == sent:
+                break
+            time.sleep(0.5)
+        assert result and float(result[0]["value"][1]) == sent, result
+        with opener.open("http://127.0.0.1:%d/api/v1/targets" % web, timeout=5) as resp:
+            [target] = json.load(resp)["data"]["activeTargets"]
+        assert target["health"] == "up", target
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+# ---------------------------------------------------------------- the dashboard's queries
+
+
+def test_dashboard_queries_are_valid_promql(workdir):
+    with open(DASHBOARD, encoding="utf-8") as src:
+        dashboard = json.load(src)
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    values = {"$__rate_interval": "1m", "$netns": ".*", "$interface": ".*", "$drop_programs": "xdp_drop_count"}
+    rules = []
+    for i, expr in enumerate(exprs):
+        for var, text in values.items():
+            expr = expr.replace(var, text)
+        assert "$" not in expr, expr
+        rules.append({"record": "dashboard:expr_%d" % i, "expr": expr})
+    path = os.path.join(workdir, "rules.yml")
+    with open(path, "w", encoding="utf-8") as out:
+        yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}, out)
+    proc = subprocess.run(["promtool", "check", "rules", path], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0 and "SUCCESS: %d rules found" % len(rules) in proc.stdout, proc.stdout + proc.stderr

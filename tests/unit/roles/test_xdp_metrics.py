@@ -1,0 +1,181 @@
+"""The pure parts of roles/xdp_metrics: configuration checks, facts -> samples, and the Grafana dashboard."""
+
+import importlib.util
+import json
+import os
+import re
+
+import pytest
+
+ROLE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "roles", "xdp_metrics")
+DASHBOARD = os.path.join(ROLE, "files", "grafana", "ebpf_xdp.json")
+
+
+def _load_exporter():
+    path = os.path.join(ROLE, "files", "ebpf_xdp_exporter.py")
+    spec = importlib.util.spec_from_file_location("ebpf_xdp_exporter", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+exporter = _load_exporter()
+
+FACTS = {
+    "netns": "rx",
+    "interfaces": {
+        "eth0": {
+            "ifindex": 2, "stats": {"rx_packets": 310, "tx_packets": 1, "rx_bytes": 18600, "tx_bytes": 60,
+                                    "rx_dropped": 0, "tx_dropped": 0},
+            "xdp": {"attached": True, "id": 42, "name": "xdp_drop_count", "tag": "8a80a4514121157e",
+                    "mode": "native", "owner": "ebpf.xdp", "program": "xdp_drop_count",
+                    "counters": {"proto_count": {"6": 100, "17": 200}, "mcast_frames": {"1": 10},
+                                 "mcast_copies": {"1": 20}}, "protocols": {"tcp": 100, "udp": 200}},
+            "tc": {"ingress": [{"id": 51, "name": "redirect_xmit", "tag": "aa", "method": "tcx", "owner": "ebpf.xdp",
+                                "program": "redirect_xmit", "counters": {"redirect_count": {"0": 20, "1": 2}}}],
+                   "egress": [{"id": 60, "name": "foreign", "tag": "bb", "method": "cls_bpf", "owner": "unmanaged",
+                               "counters": {}},
+                              {"id": 61, "name": "foreign", "tag": "bb", "method": "cls_bpf", "owner": "unmanaged",
+                               "counters": {"hits": {"3": 5}}},
+                              {"id": 62, "name": "foreign", "tag": "bb", "method": "cls_bpf", "owner": "unmanaged",
+                               "counters": {"hits": {"3": 7}}}]},
+        },
+    },
+    "devmap_groups": {"multicast": [
+        {"id": 1, "name": "video", "members": [{"name": "eth1", "ifindex": 3}, {"name": "eth2", "ifindex": 4}],
+         "frames": 10, "copies": 20, "owner": "ebpf.xdp"},
+        {"id": 2, "name": None, "members": [], "frames": 0, "copies": 0, "owner": "unmanaged"}]},
+}
+
+
+def _samples(facts=None, config=None, errors=0):
+    config = exporter.load_config(config or {})
+    return exporter.build_samples(config, {"rx": FACTS if facts is None else facts}, 0.01, errors).values
+
+
+def test_program_info_has_every_program_with_its_identity():
+    info = _samples()["ebpf_xdp_program"]
+    assert info[("rx", "eth0", "xdp", "xdp_drop_count", "native", "42", "8a80a4514121157e", "ebpf.xdp")] == 1
+    assert ("rx", "eth0", "tc_ingress", "redirect_xmit", "tcx", "51", "aa", "ebpf.xdp") in info
+    assert ("rx", "eth0", "tc_egress", "foreign", "cls_bpf", "60", "bb", "unmanaged") in info
+    assert len(info) == 5
+
+
+def test_protocol_counters_are_packets_by_protocol_name():
+    packets = _samples()["ebpf_xdp_packets"]
+    assert packets == {("rx", "eth0", "xdp", "xdp_drop_count", "proto_count", "tcp"): 100,
+                       ("rx", "eth0", "xdp", "xdp_drop_count", "proto_count", "udp"): 200}
+
+
+def test_other_maps_are_generic_counters_and_same_named_programs_add_up():
+    values = _samples()
+    counters = values["ebpf_xdp_map_counter"]
+    assert counters[("rx", "eth0", "tc_ingress", "redirect_xmit", "redirect_count", "0")] == 20
+    # Two foreign programs with one name on one hook: one series, their sum (never a duplicate series).
+    assert counters[("rx", "eth0", "tc_egress", "foreign", "hits", "3")] == 12
+    assert values["ebpf_xdp_map_counter_keys"][("rx", "eth0", "tc_ingress", "redirect_xmit", "redirect_count")] == 2
+
+
+def test_keys_per_map_are_capped_but_counted():
+    facts = json.loads(json.dumps(FACTS))
+    facts["interfaces"]["eth0"]["tc"]["ingress"][0]["counters"]["redirect_count"] = {str(k): 1 for k in range(100)}
+    values = _samples(facts, {"max_keys_per_map": 10})
+    keys = [labels[-1] for labels in values["ebpf_xdp_map_counter"] if labels[3] == "redirect_xmit"]
+    assert keys == [str(k) for k in range(10)]
+    assert values["ebpf_xdp_map_counter_keys"][("rx", "eth0", "tc_ingress", "redirect_xmit", "redirect_count")] == 100
+
+
+def test_interface_statistics_and_groups():
+    values = _samples()
+    assert values["ebpf_xdp_network_receive_packets"] == {("rx", "eth0"): 310}
+    assert values["ebpf_xdp_network_receive_bytes"] == {("rx", "eth0"): 18600}
+    assert values["ebpf_xdp_group_frames"] == {("rx", "multicast", "video", "1"): 10, ("rx", "multicast", "2", "2"): 0}
+    assert values["ebpf_xdp_group_copies"][("rx", "multicast", "video", "1")] == 20
+    assert values["ebpf_xdp_group_members"][("rx", "multicast", "video", "1")] == 2
+    # The group counter maps, shared by every port of the set, are not repeated per port as generic counters.
+    assert not [labels for labels in values["ebpf_xdp_map_counter"] if labels[4].startswith("mcast_")]
+
+
+def test_a_namespace_that_failed_is_down_and_has_no_series():
+    config = exporter.load_config({"service": "s"})
+    values = exporter.build_samples(config, {"rx": None, "host": {"interfaces": {}}}, 0.5, 3).values
+    assert values["ebpf_xdp_netns_up"] == {("rx",): 0, ("host",): 1}
+    assert values["ebpf_xdp_program"] == {} and values["ebpf_xdp_collect_errors"] == {(): 3}
+    assert values["ebpf_xdp_exporter"] == {("s", "http"): 1}
+
+
+def test_every_metric_follows_the_naming_conventions():
+    for name, (kind, text, labels) in exporter.METRICS.items():
+        assert re.fullmatch(r"ebpf_xdp_[a-z_]+", name) and text, name
+        assert not name.endswith("_total") and not name.endswith("_info"), name  # the client adds them
+        assert kind in ("counter", "gauge", "info"), name
+        assert len(set(labels)) == len(labels), name
+    assert "ebpf_xdp_packets_total" in exporter.exposed_names()
+    assert "ebpf_xdp_program_info" in exporter.exposed_names()
+    assert "ebpf_xdp_collect_duration_seconds" in exporter.exposed_names()
+
+
+@pytest.mark.parametrize("raw,message", [
+    ({"mode": "push"}, "mode 'push' is not one of http, textfile"),
+    ({"port": 70000}, "port 70000 is not a TCP port"),
+    ({"port": "9436"}, "is not a TCP port"),
+    ({"pin_root": "relative/path"}, "is not an absolute path"),
+    ({"netns": "rx"}, "netns must be a list"),
+    ({"textfile_path": "/tmp/metrics.txt"}, "must be an absolute path ending in .prom"),
+    ({"interval": 0}, "interval 0 must be a positive number"),
+    ({"max_keys_per_map": -1}, "max_keys_per_map -1"),
+    ({"listen_address": ""}, "listen_address is empty"),
+    ({"colour": "blue"}, "unknown setting(s) colour"),
+])
+def test_bad_configurations_are_named(raw, message):
+    with pytest.raises(exporter.ConfigError, match=re.escape(message)):
+        exporter.load_config(raw)
+
+
+def test_wanted_namespaces_are_ours_and_those_with_pins(tmp_path):
+    for name in ("rx", "tx", "own"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "stray_file").write_text("")
+    config = exporter.load_config({"pin_root": str(tmp_path)})
+    assert exporter.wanted_namespaces(config, "own") == ["own", "rx", "tx"]
+    assert exporter.wanted_namespaces(dict(config, netns=["tx", "tx"]), "own") == ["tx"]
+    assert exporter.wanted_namespaces(dict(config, pin_root=str(tmp_path / "none")), "own") == ["own"]
+
+
+# ---------------------------------------------------------------- the dashboard
+
+
+def _dashboard():
+    with open(DASHBOARD, encoding="utf-8") as src:
+        return json.load(src)
+
+
+def _targets(panels):
+    for panel in panels:
+        yield from panel.get("targets", [])
+        yield from _targets(panel.get("panels", []))
+
+
+def test_dashboard_queries_use_exported_metrics_only():
+    names = exporter.exposed_names()
+    exprs = [target["expr"] for target in _targets(_dashboard()["panels"])]
+    assert len(exprs) >= 10
+    for expr in exprs:
+        used = set(re.findall(r"\b(ebpf_xdp_[a-z_]+)\b", expr))
+        assert used, expr
+        assert used <= names, (expr, used - names)
+    variables = [v.get("definition", "") for v in _dashboard()["templating"]["list"]]
+    for text in variables:
+        assert set(re.findall(r"\b(ebpf_xdp_[a-z_]+)\b", text)) <= names, text
+
+
+def test_dashboard_has_the_panels_the_issue_asks_for():
+    titles = {panel["title"] for panel in _dashboard()["panels"]}
+    for title in ("Packets per interface", "Packets per program", "Packets per protocol", "Drop share",
+                  "Group copies"):
+        assert title in titles
+    ids = [panel["id"] for panel in _dashboard()["panels"]]
+    assert len(ids) == len(set(ids))
+    for panel in _dashboard()["panels"]:
+        refs = [t["refId"] for t in panel.get("targets", [])]
+        assert len(refs) == len(set(refs)), panel["title"]

@@ -37,6 +37,20 @@ def cpu_list(cpus) -> str:
     return ",".join(out)
 
 
+def list_problem(cpus: list[int]) -> str | None:
+    """What is wrong with a list of CPUs to run one thread on each (none, one twice, a negative one), or None;
+    the caller raises its own error with it."""
+    if not cpus:
+        return "cpus must list at least one CPU"
+    twice = sorted({c for c in cpus if cpus.count(c) > 1})
+    if twice:
+        return "cpus lists CPU %s more than once; each thread needs a CPU of its own" % ", ".join(map(str, twice))
+    negative = [c for c in cpus if c < 0]
+    if negative:
+        return "CPU %s is not a CPU number" % ", ".join(map(str, negative))
+    return None
+
+
 def online_cpus() -> set[int]:
     with open(CPU_ONLINE) as f:
         return parse_cpu_list(f.read())

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import re
 import socket
 import struct
 import time
@@ -30,16 +31,21 @@ IP_HEADER = {4: 20, 6: 40}
 L4_HEADER = {"udp": 8, "tcp": 20, "icmp": 8}
 # Where each L4 header keeps its checksum.
 CHECKSUM_OFFSET = {"udp": 6, "tcp": 16, "icmp": 2}
+_MAC_BYTE = re.compile(r"[0-9A-Fa-f]{1,2}")
 
 
 def mac_bytes(mac: str) -> bytes:
-    parts = mac.split(":")
-    try:
-        if len(parts) != 6 or not all(1 <= len(p) <= 2 for p in parts):
-            raise ValueError
-        return bytes(int(p, 16) for p in parts)
-    except ValueError:
+    """02:00:00:00:00:01 (one or two hex digits a byte, colons) as 6 bytes: the collection's one MAC parser.
+    ValueError naming the text otherwise."""
+    parts = str(mac).split(":")
+    if len(parts) != 6 or not all(_MAC_BYTE.fullmatch(p) for p in parts):
         raise ValueError("invalid MAC address %r" % mac)
+    return bytes(int(p, 16) for p in parts)
+
+
+def mac_text(raw: bytes) -> str:
+    """6 bytes as a MAC in canonical form (lower case, two digits a byte)."""
+    return ":".join("%02x" % b for b in raw)
 
 
 def ip_version(address: str) -> int:

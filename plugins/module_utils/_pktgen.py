@@ -49,7 +49,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _cpus, _netns, _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils import _cpus, _frames, _netns, _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 PROC_DIR = "/proc/net/pktgen"
@@ -141,10 +141,10 @@ def parse_addresses(spec: str, what: str) -> tuple[int, str, str]:
 
 
 def parse_mac(mac: str, what: str) -> str:
-    parts = mac.split(":")
-    if len(parts) != 6 or not all(re.fullmatch(r"[0-9A-Fa-f]{1,2}", p) for p in parts):
+    try:
+        return _frames.mac_text(_frames.mac_bytes(mac))
+    except ValueError:
         raise PktgenError("%s %r is not a MAC address (six hex bytes separated by colons)" % (what, mac))
-    return ":".join("%02x" % int(p, 16) for p in parts)
 
 
 # ---------------------------------------------------------------- settings
@@ -199,15 +199,9 @@ class Settings:
             raise PktgenError("duration must be a positive number of seconds, not %s" % self.duration)
         if not self.timeout > 0:
             raise PktgenError("timeout must be a positive number of seconds, not %s" % self.timeout)
-        if not self.cpus:
-            raise PktgenError("cpus must list at least one CPU")
-        twice = sorted({c for c in self.cpus if self.cpus.count(c) > 1})
-        if twice:
-            raise PktgenError("cpus lists CPU %s more than once; pktgen has one thread per CPU"
-                              % ", ".join(map(str, twice)))
-        negative = [c for c in self.cpus if c < 0]
-        if negative:
-            raise PktgenError("CPU %s is not a CPU number" % ", ".join(map(str, negative)))
+        problem = _cpus.list_problem(self.cpus)
+        if problem:
+            raise PktgenError(problem)
         if self.xmit_mode not in XMIT_MODES:
             raise PktgenError("xmit_mode must be one of %s, not %r" % (", ".join(XMIT_MODES), self.xmit_mode))
         self.dst_mac = parse_mac(self.dst_mac, "dst_mac")
@@ -484,6 +478,8 @@ class Run:
         self.settings = settings
         self.proc = proc or Proc()
         self.configured: list[int] = []
+        # pktgen's state was touched (a reset, a device added): a failure from here on is a change.
+        self.touched = False
         self.stopped = False
         self.timed_out = False
         self.seconds = 0.0
@@ -501,12 +497,14 @@ class Run:
                 raise PktgenError("pktgen in this network namespace already has devices (%s): another run is in "
                                   "progress or one was interrupted, and a start would run them too. "
                                   "force: true resets pktgen here first" % listed)
+            self.touched = True
             self.proc.write(PGCTRL, "reset")
 
     def configure(self) -> None:
         for cpu in self.settings.cpus:
             device = self.settings.device_name(cpu)
             self.configured.append(cpu)
+            self.touched = True
             self.proc.command("kpktgend_%d" % cpu, "add_device %s" % device)
             for command in self.settings.device_commands():
                 self.proc.command(device, command)
@@ -551,6 +549,20 @@ class Run:
                                 result="Result: " + section))
         return threads
 
+    def partial(self) -> list[dict]:
+        """After a failure: the threads whose Result line says what they sent (the others are left out)."""
+        threads = []
+        for cpu in self.configured:
+            try:
+                section = result_section(self.proc.read(self.settings.device_name(cpu)))
+            except OSError:
+                continue
+            figures = parse_result(section)
+            if figures is not None:
+                threads.append(dict(cpu=cpu, device=self.settings.device_name(cpu), result="Result: " + section,
+                                    **{k: figures[k] for k in ("sent", "seconds", "pps", "mbps", "errors")}))
+        return threads
+
     def cleanup(self) -> list[str]:
         """Remove what this run added, whatever happened; returns what could not be removed."""
         problems = []
@@ -584,26 +596,47 @@ def generate(settings: Settings, run_command, check_mode: bool = False) -> dict:
             return dict(result, threads=zeros, **summary(zeros))
         # ':' is in no interface name: one lock per namespace for every pktgen run there.
         with _pins.lock(_netns.netns_key(settings.netns), ":pktgen"):
-            run = Run(settings)
-            try:
-                run.prepare()
-                run.configure()
-                run.start()
-                threads = run.collect()
-            finally:
-                leftovers = run.cleanup()
-            if leftovers:
-                raise PktgenError("pktgen ran, but its devices could not be removed: %s" % "; ".join(leftovers))
-            result.update(threads=threads, stopped=run.stopped, **summary(threads))
-            if run.timed_out:
-                raise TimeoutRun(result, settings.timeout)
-        return result
+            return execute(Run(settings), result)
 
 
-class TimeoutRun(PktgenError):
+def execute(run: Run, result: dict) -> dict:
+    """A run from prepare() to cleanup(), its figures added to result. A failure once pktgen was touched (or
+    loaded: result["module_loaded"]) is RunFailed, a change, with the threads' results so far."""
+    error = None
+    try:
+        run.prepare()
+        run.configure()
+        run.start()
+        threads = run.collect()
+    except (EbpfXdpError, OSError) as exc:
+        error = exc
+        threads = run.partial()  # before cleanup() removes the devices that hold them
+    finally:
+        leftovers = run.cleanup()
+    result.update(threads=threads, stopped=run.stopped, **summary(threads))
+    if error is not None and not (run.touched or result.get("module_loaded")):
+        raise error
+    problems = [str(error)] if error is not None else []
+    if leftovers:
+        problems.append("pktgen ran, but its devices could not be removed: %s" % "; ".join(leftovers))
+    if problems:
+        raise RunFailed(result, "; ".join(problems)) from error
+    if run.timed_out:
+        raise TimeoutRun(result, run.settings.timeout)
+    return result
+
+
+class RunFailed(PktgenError):
+    """A run that failed after it changed pktgen (or loaded it): a change, with the partial results."""
+
+    def __init__(self, result: dict, message: str):
+        self.result = result
+        super().__init__(message)
+
+
+class TimeoutRun(RunFailed):
     """A count run that had not finished within the timeout; it was stopped, the results are partial."""
 
     def __init__(self, result: dict, timeout: float):
-        self.result = result
-        super().__init__("pktgen had not sent its count of packets per thread after timeout %s s; it was "
-                         "stopped and its devices removed (%d sent in all)" % (timeout, result["total"]))
+        super().__init__(result, "pktgen had not sent its count of packets per thread after timeout %s s; it was "
+                                 "stopped and its devices removed (%d sent in all)" % (timeout, result["total"]))

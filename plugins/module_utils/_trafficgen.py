@@ -42,6 +42,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -173,13 +174,9 @@ class Settings:
             self.size = self.min_size()
         if self.size < self.min_size() or self.size > 9000:
             raise TrafficgenError(self._size_message(9000))
-        if self.cpus is not None:
-            if not self.cpus:
-                raise TrafficgenError("cpus must list at least one CPU")
-            twice = sorted({c for c in self.cpus if self.cpus.count(c) > 1})
-            if twice:
-                raise TrafficgenError("cpus lists CPU %s more than once; each thread needs a CPU of its own"
-                                      % ", ".join(map(str, twice)))
+        problem = _cpus.list_problem(self.cpus) if self.cpus is not None else None
+        if problem:
+            raise TrafficgenError(problem)
         if self.engine == "xdp":
             if self.rate:
                 raise TrafficgenError("rate paces the socket engine only; the xdp engine sends as fast as "
@@ -516,7 +513,7 @@ def run_xdp(settings: Settings, kinds: list[Kind], cpus: list[int], ifindex: int
             dropped[kind.name] = tx_dropped(settings.interface) - before
             thread_seconds = [a + b for a, b in zip(thread_seconds, took)]
         per_cpu = {k.name: counters.lookup(struct.pack("=I", k.index)) for k in kinds}
-    counted = {name: [int.from_bytes(v, "little") for v in values] for name, values in per_cpu.items()}
+    counted = {name: [int.from_bytes(v, sys.byteorder) for v in values] for name, values in per_cpu.items()}
     sent = {name: max(0, sum(values) - dropped[name]) for name, values in counted.items()}
     threads = [thread_result(cpu, sum(values[cpu] for values in counted.values()), thread_seconds[i])
                for i, cpu in enumerate(cpus)]

@@ -30,6 +30,10 @@ description:
   - A generator run is an action, as with M(ansible.builtin.command), it always reports C(changed=true). In
     check mode it validates the settings and the target (the interface exists, is up and has a carrier, the size
     fits its MTU, the CPUs are online, pktgen can be loaded), reports C(changed=true) and sends nothing.
+  - A run that fails once it loaded pktgen, reset it (O(force)) or gave it a device (a refused setting, a thread
+    that did not run, devices that could not be removed, the timeout) fails with C(changed=true) and the results
+    of the threads that reported any; a failure before that (bad settings or target, devices of another run)
+    reports C(changed=false).
   - Only send to addresses of networks you own, such as veth pairs or the collection's lab namespaces.
 author:
   - ebpf.xdp developers (@ebpf-xdp)
@@ -364,7 +368,8 @@ def main():
                                else ("CAP_NET_ADMIN",))
     try:
         result = _pktgen.generate(settings, run_command, check_mode=module.check_mode)
-    except _pktgen.TimeoutRun as exc:
+    except _pktgen.RunFailed as exc:
+        # pktgen was loaded, reset or given devices: a change, reported with what was sent before the failure.
         _common.fail_from(module, exc, changed=True, **exc.result)
     except _common.KNOWN_ERRORS as exc:
         _common.fail_from(module, exc)

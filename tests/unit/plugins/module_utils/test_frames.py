@@ -42,6 +42,12 @@ def test_size_and_vlan():
 def test_bad_input():
     with pytest.raises(ValueError):
         _frames.mac_bytes("02:00:00")
+    # One parser for every MAC of the collection: one or two hex digits a byte, nothing else (int() would
+    # have taken " a" or "+1").
+    for mac in (" a:00:00:00:00:01", "+1:00:00:00:00:01", "0x:00:00:00:00:01", "02-00-00-00-00-01"):
+        with pytest.raises(ValueError, match="invalid MAC address"):
+            _frames.mac_bytes(mac)
+    assert _frames.mac_text(_frames.mac_bytes("2:0:0:A:b:01")) == "02:00:00:0a:0b:01"
     with pytest.raises(ValueError):
         _frames.build_frame("sctp", "02:00:00:00:00:01", "02:00:00:00:00:02", "10.0.0.1", "10.0.0.2")
 

@@ -95,6 +95,10 @@ def test_cpu_lists():
     assert _cpus.parse_cpu_list("0\n") == {0}
     assert _cpus.cpu_list({0, 1, 2, 3, 6, 8, 9}) == "0-3,6,8-9"
     assert _cpus.cpu_list(set()) == ""
+    assert _cpus.list_problem([0, 2]) is None
+    assert _cpus.list_problem([]) == "cpus must list at least one CPU"
+    assert _cpus.list_problem([1, 0, 1]).startswith("cpus lists CPU 1 more than once")
+    assert _cpus.list_problem([-1, 0]) == "CPU -1 is not a CPU number"
     _pktgen.check_cpus([0, 1], {0, 1})
     with pytest.raises(_pktgen.PktgenError, match=r"^CPU 63 is not present or not online \(online: 0-1\)"):
         _pktgen.check_cpus([0, 63], {0, 1})
@@ -235,3 +239,79 @@ def test_summary_adds_rates_and_takes_the_longest_thread():
                dict(sent=20, seconds=2.0, pps=10, mbps=4, errors=1)]
     assert _pktgen.summary(threads) == {"total": 30, "seconds": 2.0, "pps": 17, "mbps": 7, "errors": 1}
     assert _pktgen.summary([])["total"] == 0
+
+
+class FakeProc(_pktgen.Proc):
+    """/proc/net/pktgen as a dict: device files answer `results` (else Idle); `refuse` names commands that
+    fail, `stuck` threads that keep their devices."""
+
+    def __init__(self, cpus=(0, 1), results=None, refuse=(), stuck=(), devices=None):
+        super().__init__("/nonexistent")
+        self.cpus = cpus
+        self.results = results or {}
+        self.refuse = refuse
+        self.stuck = stuck
+        self.devices = devices or {cpu: [] for cpu in cpus}
+        self.written = []
+
+    def threads(self):
+        return {cpu: list(devices) for cpu, devices in self.devices.items()}
+
+    def read(self, name):
+        return self.results.get(name, "Result: Idle\n")
+
+    def write(self, name, command):
+        self.written.append((name, command))
+        if command in self.refuse:
+            raise OSError(22, "Invalid argument")
+        if command.startswith("add_device "):
+            self.devices[int(name[len("kpktgend_"):])].append(command.split()[1])
+        elif command == "rem_device_all":
+            if int(name[len("kpktgend_"):]) in self.stuck:
+                raise OSError(16, "Device or resource busy")
+            self.devices[int(name[len("kpktgend_"):])] = []
+        elif command == "reset":
+            self.devices = {cpu: [] for cpu in self.cpus}
+
+    def command(self, name, command):
+        self.write(name, command)
+
+
+def execute(proc, **overrides):
+    result = {"module_loaded": False}
+    return _pktgen.execute(_pktgen.Run(settings(cpus=[0, 1], **overrides), proc), result), result
+
+
+def test_a_failure_after_devices_were_added_is_a_change_with_the_partial_results():
+    # Thread 0 ran, thread 1 did not: collect() fails, the devices still go, and what 0 sent is reported.
+    proc = FakeProc(results={"eth0@0": ISSUE})
+    with pytest.raises(_pktgen.RunFailed, match="pktgen did not run eth0@1 on CPU 1") as failed:
+        execute(proc)
+    assert [t["device"] for t in failed.value.result["threads"]] == ["eth0@0"]
+    assert failed.value.result["total"] == 59622913
+    assert proc.devices == {0: [], 1: []}
+    # A setting pktgen refuses on the second device: the first device was added, so this is a change too.
+    proc = FakeProc(refuse=("count 1000",))
+    with pytest.raises(_pktgen.RunFailed, match="Invalid argument"):
+        execute(proc)
+    assert ("kpktgend_0", "add_device eth0@0") in proc.written and proc.devices == {0: [], 1: []}
+
+
+def test_devices_that_cannot_be_removed_are_a_change_with_the_results():
+    proc = FakeProc(results={"eth0@0": ISSUE, "eth0@1": ISSUE}, stuck=(1,))
+    with pytest.raises(_pktgen.RunFailed, match=r"^pktgen ran, but its devices could not be removed: kpktgend_1") \
+            as failed:
+        execute(proc)
+    assert failed.value.result["total"] == 2 * 59622913 and len(failed.value.result["threads"]) == 2
+
+
+def test_a_failure_before_pktgen_was_touched_is_no_change():
+    # Another run's devices, without force: refused before anything is written; the error itself.
+    proc = FakeProc(devices={0: ["eth9@0"], 1: []})
+    with pytest.raises(_pktgen.PktgenError, match="already has devices .*kpktgend_0: eth9@0") as failed:
+        execute(proc)
+    assert not isinstance(failed.value, _pktgen.RunFailed) and proc.written == []
+    # The same after pktgen was loaded by this run is a change.
+    with pytest.raises(_pktgen.RunFailed, match="already has devices"):
+        _pktgen.execute(_pktgen.Run(settings(cpus=[0, 1]), FakeProc(devices={0: ["eth9@0"], 1: []})),
+                        {"module_loaded": True})

@@ -27,6 +27,7 @@ import errno as errno_mod
 import hashlib
 import os
 import platform
+import sys
 from typing import Iterator
 
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
@@ -259,6 +260,8 @@ _SIGNATURES = {
     "btf__find_by_name_kind": (_I, [_P, _S, _U32]),
     "btf__type_by_id": (_P, [_P, _U32]),
     "btf__name_by_offset": (_S, [_P, _U32]),
+    "btf__load_from_kernel_by_id": (_P, [_U32]),
+    "btf__free": (None, [_P]),
     "bpf_obj_pin": (_I, [_I, _S]),
     "bpf_obj_get": (_I, [_S]),
     "bpf_obj_get_info_by_fd": (_I, [_I, _P, ctypes.POINTER(_U32)]),
@@ -495,7 +498,7 @@ class BpfObject:
             if isinstance(value, bool):
                 value = int(value)
             try:
-                raw = int(value).to_bytes(width, "little", signed=int(value) < 0)
+                raw = int(value).to_bytes(width, sys.byteorder, signed=int(value) < 0)
             except (OverflowError, ValueError, TypeError):
                 raise BpfError("setting %s=%r does not fit its %d-byte variable" % (name, value, width))
             ctypes.memmove(base + offset, raw, width)
@@ -708,7 +711,7 @@ class Map(Fd):
         value = self.lookup(key)
         if value is None:
             return None
-        return Map.from_id(int.from_bytes(value[:4], "little"))
+        return Map.from_id(int.from_bytes(value[:4], sys.byteorder))
 
     def update(self, key: bytes, value: bytes, flags: int = 0) -> None:
         _check(lib().bpf_map_update_elem(self.fd, self._key(key),
@@ -753,22 +756,6 @@ BTF_KINDS = {1: "int", 2: "ptr", 3: "array", 4: "struct", 5: "union", 6: "enum",
              16: "float", 17: "decl_tag", 18: "type_tag", 19: "enum64"}
 # Kinds whose third word is a size; for the others it is a type id.
 _BTF_SIZED = ("int", "struct", "union", "enum", "enum64", "float", "datasec")
-_BTF_ENTRY_SIGNATURES = {
-    "btf__load_from_kernel_by_id": (_P, [_U32]),
-    "btf__free": (None, [_P]),
-}
-_btf_entry_lib = []
-
-
-def _btf_lib() -> ctypes.CDLL:
-    handle = lib()
-    if not _btf_entry_lib:
-        for name, (restype, argtypes) in _BTF_ENTRY_SIGNATURES.items():
-            func = getattr(handle, name)
-            func.restype = restype
-            func.argtypes = argtypes
-        _btf_entry_lib.append(handle)
-    return handle
 
 
 def open_pinned_map(path: str) -> Map:
@@ -838,7 +825,7 @@ def map_btf(m: Map) -> dict | None:
     info = m._info(_MapInfo)
     if not info.btf_id or not (info.btf_key_type_id or info.btf_value_type_id):
         return None
-    btf = _check_ptr(_btf_lib().btf__load_from_kernel_by_id(info.btf_id),
+    btf = _check_ptr(lib().btf__load_from_kernel_by_id(info.btf_id),
                      "load BTF id %d of map %s" % (info.btf_id, m.label))
     try:
         types = {}
@@ -852,7 +839,7 @@ def map_btf(m: Map) -> dict | None:
                 todo.append(entry["type"])
             todo.extend(member["type"] for member in entry.get("members", ()) if member["type"])
     finally:
-        _btf_lib().btf__free(btf)
+        lib().btf__free(btf)
     return {"key": info.btf_key_type_id, "value": info.btf_value_type_id, "types": types}
 
 

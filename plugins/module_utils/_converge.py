@@ -183,6 +183,10 @@ class Converger:
         self.load = load
         self.netns_key = netns_key
         self.warnings: list[str] = []
+        # Map sets this run left, to release once the caller dropped its locks (see release_sets): the
+        # converger holds its new set's lock, and taking the old set's lock under it could deadlock with a
+        # run moving the other way.
+        self.released_sets: list[str] = []
 
     def maps_dir(self, shared_maps: str | None) -> str:
         """Where the maps are pinned: the attachment's maps/, or the shared map set it names."""
@@ -192,13 +196,24 @@ class Converger:
 
     def release_maps(self, record: dict | None, now: str | None) -> None:
         """After the program of `record` left its maps for the set `now` (None: its own maps/, or removed):
-        drop a map set no attachment names any more, or the attachment's own maps/ (unless keep_maps)."""
+        drop the attachment's own maps/ (unless keep_maps), or note the map set it left for release_sets."""
         if self.desired.keep_maps or not record or record.get("shared_maps") == now:
             return
         if record.get("shared_maps"):
-            _pins.release_shared_maps(self.pins.pin_root, self.netns_key, record["shared_maps"])
+            self.released_sets.append(record["shared_maps"])
         elif os.path.isdir(self.pins.maps_dir):
             shutil.rmtree(self.pins.maps_dir)
+
+    def release_sets(self) -> None:
+        """Remove the map sets this run left that no attachment names any more. Call it without holding
+        locks: each set is removed under its own lock. A set that cannot be removed is a warning, since the
+        hook has already changed."""
+        for name in self.released_sets:
+            try:
+                _pins.release_shared_maps(self.pins.pin_root, self.netns_key, name)
+            except (OSError, _pins.PinError) as exc:
+                self.warnings.append("map set %s is no longer used but could not be removed: %s" % (name, exc))
+        self.released_sets = []
 
     def run(self) -> dict:
         observed = self.hook.observe()
@@ -257,8 +272,7 @@ class Converger:
             # An earlier task of the same run (a compile, a copy) would have created it.
             self.warnings.append("object %s does not exist yet; it would be attached once it does" % path)
             return True, {"attached": True, "object": path, self.hook.placement_key: self.hook.planned_mode(observed)}
-        if not os.path.isfile(path):
-            raise _loader.LoadError("object file %s does not exist; compile it with ebpf.xdp.bpf_object" % path)
+        _loader.require_object(path)
         resolved = _loader.resolve_constants(self.desired.constants)
         identity = dict(self.desired.identity(sha256_file(path), resolved), **self.hook.identity())
         action = plan_present(observed, self.desired.force, self._matches(observed, identity))
@@ -384,7 +398,10 @@ def converge_interface(params: dict, check_mode: bool, make_hook: Callable) -> t
                 locks.enter_context(_pins.lock(key, _pins.shared_maps_lock(shared)))
         hook = make_hook(params, _netns.ifindex(ifname), key)
         converger = Converger(hook, Desired.from_params(params), check_mode, netns_key=key)
-        return dict(converger.run(), netns=params["netns"]), converger.warnings
+        result = dict(converger.run(), netns=params["netns"])
+    # The locks are dropped: a set left behind is taken under its own lock only (no lock order to keep).
+    converger.release_sets()
+    return result, converger.warnings
 
 
 def exit_converged(module, make_hook: Callable) -> None:

@@ -28,13 +28,15 @@ the writer's namespace.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import fcntl
 import ipaddress
 import os
 import socket
 import struct
+import sys
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _loader, _netdev, _netns, _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _frames, _loader, _netdev, _netns, _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils._compile import sha256_file
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
@@ -47,6 +49,8 @@ MAPS = ("mcast_groups", "mcast_addrs", "mcast_config", "mcast_frames", "mcast_co
 DEFAULT_SHARED_MAPS = "multicast"
 GROUPS_DIR = "groups"
 SIOCGIFHWADDR = 0x8927
+# What loading adds to a group record's egress program, at its widest: to check the record fits first.
+WIDEST_EGRESS = {"object_sha256": "x" * 64, "program_name": "x" * 64, "prog_id": 2 ** 32, "tag": "x" * 16}
 
 
 class GroupError(EbpfXdpError):
@@ -59,15 +63,15 @@ class GroupError(EbpfXdpError):
 def normalize_address(text: str) -> str:
     """A multicast IPv4/IPv6 address or a group MAC (multicast or broadcast), in canonical form."""
     value = str(text).strip()
-    if value.count(":") == 5 and "::" not in value and all(len(p) in (1, 2) for p in value.split(":")):
+    if value.count(":") == 5 and "::" not in value:  # six parts: no IPv6 address, a MAC if anything
         try:
-            raw = bytes(int(part, 16) for part in value.split(":"))
+            raw = _frames.mac_bytes(value)
         except ValueError:
             raise GroupError("address %r is not an IP or MAC address" % text)
         if not raw[0] & 1:
             raise GroupError("address %s is a unicast MAC; a group takes multicast or broadcast MACs "
                              "(first octet odd, e.g. 01:00:5e:01:01:01 or ff:ff:ff:ff:ff:ff)" % value)
-        return ":".join("%02x" % b for b in raw)
+        return _frames.mac_text(raw)
     try:
         address = ipaddress.ip_address(value)
     except ValueError:
@@ -147,10 +151,7 @@ def interface_mac(ifname: str) -> bytes:
 
 
 def interface_name(ifindex: int) -> str:
-    try:
-        return socket.if_indextoname(ifindex)
-    except OSError:
-        return "ifindex %d" % ifindex
+    return _netns.ifname(ifindex) or "ifindex %d" % ifindex
 
 
 def elsewhere(ifname: str, here: str) -> list[str]:
@@ -260,13 +261,19 @@ class MapSet:
 
     def members(self, group_id: int) -> dict[int, int] | None:
         """ifindex -> egress program id of a group's devmap, or None when there is no such group."""
-        with self["mcast_groups"].inner(u32(group_id)) or _Nothing() as inner:
-            if inner is None:
-                return None
+        try:
+            inner = self["mcast_groups"].inner(u32(group_id))
+        except _bpf.BpfError as exc:
+            if exc.errno == errno.ENOENT:
+                return None  # the group went between the lookup of its devmap's id and the open by id
+            raise
+        if inner is None:
+            return None
+        with inner:
             return {struct.unpack("<I", key)[0]: struct.unpack_from("<II", value)[1] for key, value in inner.items()}
 
     def counter(self, name: str, group_id: int) -> int:
-        return sum(int.from_bytes(part, "little") for part in self[name].lookup(u32(group_id)))
+        return sum(int.from_bytes(part, sys.byteorder) for part in self[name].lookup(u32(group_id)))
 
     def records(self) -> dict[int, dict]:
         """group id -> record, for every group directory of the set."""
@@ -277,16 +284,6 @@ class MapSet:
             if record and entry.isdigit():
                 out[int(entry)] = record
         return out
-
-
-class _Nothing:
-    """`with` target for a missing inner map."""
-
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 def group_pins(set_dir: str, pin_root: str, group_id: int) -> _pins.PinDir:
@@ -402,6 +399,25 @@ def delete(journal: Journal, target: _bpf.Map, key: bytes) -> None:
         journal.did(lambda: restore_value(target, key, old))
 
 
+def pin_program(journal: Journal, pins: _pins.PinDir, prog: _bpf.Program | None, drop: bool) -> None:
+    """Pin a newly loaded egress program in place of the old one, or (drop) unpin the old one; the undo
+    pins the old program back (held open meanwhile, so it lives)."""
+    if prog is None and not (drop and os.path.exists(pins.prog_path)):
+        return
+    old = journal.hold(_bpf.Program.from_pin(pins.prog_path)) if os.path.exists(pins.prog_path) else None
+    if prog is not None:
+        pins.replace_pin(prog, pins.prog_path)
+    else:
+        os.unlink(pins.prog_path)
+    journal.did(lambda: pins.replace_pin(old, pins.prog_path) if old is not None else os.unlink(pins.prog_path))
+
+
+def write_record(journal: Journal, pins: _pins.PinDir, record: dict) -> None:
+    old = pins.record.read()
+    pins.record.write(record)
+    journal.did(lambda: pins.record.write(old) if old is not None else pins.record.remove())
+
+
 @dataclasses.dataclass
 class Wanted:
     """A devmap_group task, normalized."""
@@ -414,7 +430,8 @@ class Wanted:
     addresses: list[str]
     exclude_ingress: bool | None  # None: an existing group keeps its setting, a new one excludes
     exclusive: bool
-    egress: dict | None
+    egress: dict | None  # None: no egress program, unless keep_egress
+    keep_egress: bool = False  # egress_program omitted (without exclusive): the group keeps the one it has
 
     @classmethod
     def from_params(cls, params: dict) -> Wanted:
@@ -431,12 +448,18 @@ class Wanted:
             if member not in members:
                 members.append(member)
         egress = params.get("egress_program")
-        if egress is not None and not egress.get("object"):
-            raise GroupError("egress_program needs an object (and optionally a program)")
+        exclusive = params.get("exclusive", False)
+        # Omitted: kept, as members and addresses are (exclusive: removed). {} removes it.
+        keep_egress = egress is None and not exclusive
+        if egress is not None and not any(egress.values()):
+            egress = None
+        elif egress is not None and not egress.get("object"):
+            raise GroupError("egress_program needs an object (and optionally a program); egress_program: {} "
+                             "removes the group's egress program")
         return cls(name=params.get("name"), group_id=group_id, shared_maps=params.get("shared_maps") or
                    DEFAULT_SHARED_MAPS, state=params.get("state", "present"), members=members, addresses=seen,
-                   exclude_ingress=params.get("exclude_ingress"), exclusive=params.get("exclusive", False),
-                   egress=egress)
+                   exclude_ingress=params.get("exclude_ingress"), exclusive=exclusive, egress=egress,
+                   keep_egress=keep_egress)
 
 
 def describe(group_id, name, members: dict[int, int] | None, addresses, flags: int, egress: dict | None) -> dict:
@@ -593,6 +616,9 @@ class GroupManager:
                    or any(members[i] != prog_id for i in want_members if i in members)
                    or (record or {}).get("name") != name)
         result_members = {names[i]: i for i in want_members}
+        if changed:
+            # The largest record this group can get must fit before anything is loaded or written.
+            self._encode_record(group_id, name, dict(egress, **WIDEST_EGRESS) if egress else None)
         if not changed or self.check_mode:
             return self._result(changed, group_id, name, before, after, result_members, want_addresses)
         pins = group_pins(self.set_dir, self.pin_root, group_id)
@@ -605,34 +631,54 @@ class GroupManager:
                     prog = loaded.program
                 elif egress:
                     prog = journal.hold(_bpf.Program.from_id(egress["prog_id"]))
-                journal.run(lambda: self._write(mset, journal, group_id, exists, members, want_members, addresses,
-                                                want_addresses, flags, prog))
-                if load_egress:
-                    pins.replace_pin(prog, pins.prog_path)  # the old program goes with its pin
-                elif egress is None and os.path.exists(pins.prog_path):
-                    os.unlink(pins.prog_path)
-            pins.record.write({"id": group_id, "name": name, "shared_maps": w.shared_maps, "egress": egress})
+                record = self._encode_record(group_id, name, egress)
+
+                def work():
+                    self._write(mset, journal, group_id, exists, members, want_members, addresses,
+                                want_addresses, flags, prog)
+                    # Inside the journal: a failed pin or record write puts the maps back, so they never
+                    # hold a group whose record says otherwise (or that has none).
+                    pin_program(journal, pins, prog if load_egress else None, drop=egress is None)
+                    write_record(journal, pins, record)
+
+                journal.run(work)
         except Exception:
             if not exists:
                 pins.undo(created)
             raise
         return self._result(True, group_id, name, before, after, result_members, want_addresses)
 
+    def _encode_record(self, group_id: int, name: str | None, egress: dict | None) -> dict:
+        """The group's record, once _pins.Record can store it."""
+        record = {"id": group_id, "name": name, "shared_maps": self.wanted.shared_maps, "egress": egress}
+        try:
+            _pins.Record.encode(record)
+        except _pins.PinError as exc:
+            raise GroupError("group %s: %s; give it a shorter name (or a shorter egress object path)"
+                             % (name or group_id, exc)) from exc
+        return record
+
     def _egress_plan(self, group_id, record) -> tuple[dict | None, bool]:
         """(the egress program the group should have, whether it must be loaded)."""
         spec = self.wanted.egress
+        current = (record or {}).get("egress") or {}
+        pinned = group_pins(self.set_dir, self.pin_root, group_id).prog_path
+        if not spec and self.wanted.keep_egress and current:
+            if os.path.exists(pinned):
+                with _bpf.Program.from_pin(pinned) as prog:
+                    if prog.info()["id"] == current.get("prog_id"):
+                        return current, False
+            # Kept, but its pin is gone: loaded again from the object the record names.
+            spec = {"object": current["object"], "program": current.get("program")}
         if not spec:
             return None, False
         path = spec["object"]
-        if not os.path.isfile(path):
-            if self.check_mode:
-                self.warnings.append("object %s does not exist yet; its egress program would be loaded once it "
-                                     "does" % path)
-                return {"object": path, "program": spec.get("program")}, True
-            raise _loader.LoadError("object file %s does not exist; compile it with ebpf.xdp.bpf_object" % path)
+        if self.check_mode and not os.path.isfile(path):
+            self.warnings.append("object %s does not exist yet; its egress program would be loaded once it "
+                                 "does" % path)
+            return {"object": path, "program": spec.get("program")}, True
+        _loader.require_object(path)
         wanted = {"object": path, "object_sha256": sha256_file(path), "program": spec.get("program")}
-        current = (record or {}).get("egress") or {}
-        pinned = group_pins(self.set_dir, self.pin_root, group_id).prog_path
         if all(current.get(k) == v for k, v in wanted.items()) and os.path.exists(pinned):
             with _bpf.Program.from_pin(pinned) as prog:
                 if prog.info()["id"] == current.get("prog_id"):

@@ -11,10 +11,12 @@ Private to the ebpf.xdp collection: the interface may change without notice.
 from __future__ import annotations
 
 import errno
+import sys
 import time
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import (
     _bpf, _devmap, _hooks, _netlink, _netns, _pins, _tc_hooks)
+from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 # Maps with this name are keyed by IP protocol number (xdp_drop_count, xdp1).
 PROTOCOL_MAP = "proto_count"
@@ -40,9 +42,9 @@ def read_counters(counter_map: _bpf.Map) -> dict | None:
     totals = {}
     for key, value in counter_map.items():
         parts = value if counter_map.percpu else [value]
-        total = sum(int.from_bytes(part, "little") for part in parts)
+        total = sum(int.from_bytes(part, sys.byteorder) for part in parts)
         if total:
-            totals[int.from_bytes(key, "little")] = total
+            totals[int.from_bytes(key, sys.byteorder)] = total
     return totals
 
 
@@ -97,8 +99,9 @@ def _still_there(observe, *args) -> dict | None:
         raise
 
 
-def snapshot(pin_root: str, netns: str | None, wanted: list[str]) -> dict:
-    """Interfaces (all with a program, or those named in wanted) with their XDP and tc programs and counters."""
+def snapshot(pin_root: str, netns: str | None, wanted: list[str], warnings: list[str] | None = None) -> dict:
+    """Interfaces (all with a program, or those named in wanted) with their XDP and tc programs and counters;
+    a map set that cannot be read is left out, said in `warnings`."""
     key = _netns.netns_key(netns)
     out = {}
     for iface in _netlink.interfaces():
@@ -119,7 +122,14 @@ def snapshot(pin_root: str, netns: str | None, wanted: list[str]) -> dict:
     if missing:
         raise _netns.NotFoundError("interface %s does not exist in this network namespace" % ", ".join(missing))
     facts = {"netns": key, "interfaces": out}
-    groups = {name: _devmap.read_groups(directory, name) for name, directory in _devmap.map_sets(pin_root, key).items()}
+    groups = {}
+    for name, directory in _devmap.map_sets(pin_root, key).items():
+        try:
+            groups[name] = _devmap.read_groups(directory, name)
+        except (EbpfXdpError, OSError) as exc:
+            # One broken or half-removed set must not hide the rest of the host's facts.
+            if warnings is not None:
+                warnings.append("devmap_groups: map set %s left out, it cannot be read: %s" % (name, exc))
     if groups:
         facts["devmap_groups"] = groups
     return facts
@@ -131,12 +141,13 @@ def _rate(before, after, seconds):
     return round((after - (before or 0)) / seconds, 1)
 
 
-def with_rates(pin_root: str, netns: str | None, wanted: list[str], interval: float) -> dict:
+def with_rates(pin_root: str, netns: str | None, wanted: list[str], interval: float,
+               warnings: list[str] | None = None) -> dict:
     """Two snapshots `interval` seconds apart; rates are per second."""
     first = snapshot(pin_root, netns, wanted)
     start = time.monotonic()
     time.sleep(interval)
-    second = snapshot(pin_root, netns, wanted)
+    second = snapshot(pin_root, netns, wanted, warnings)
     seconds = time.monotonic() - start
     for name, entry in second["interfaces"].items():
         old = first["interfaces"].get(name, {})

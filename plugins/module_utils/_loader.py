@@ -110,6 +110,12 @@ class Loaded:
         raise LoadError("program %s has no map named %s" % (self.name, name))
 
 
+def require_object(path: str) -> None:
+    """LoadError, saying how to make one, when the object file is not there."""
+    if not os.path.isfile(path):
+        raise LoadError("object file %s does not exist; compile it with ebpf.xdp.bpf_object" % path)
+
+
 def load(path: str, program: str | None, prog_type: str, constants: dict | None = None,
          maps_dir: str | None = None, load_as: str | None = None, devmap: bool = False) -> Loaded:
     """Load one program of `path`; its maps are pinned (and reused) in maps_dir, or kept out of bpffs.
@@ -119,8 +125,7 @@ def load(path: str, program: str | None, prog_type: str, constants: dict | None 
     program (expected attach type BPF_XDP_DEVMAP, whatever its section). The
     object itself is closed before returning: the Loaded program keeps what it needs.
     """
-    if not os.path.isfile(path):
-        raise LoadError("object file %s does not exist; compile it with ebpf.xdp.bpf_object" % path)
+    require_object(path)
     with _bpf.BpfObject(path) as obj:
         name = select_program(obj, program, prog_type, devmap)
         obj.only_load(name)

@@ -23,14 +23,14 @@ what differs; a write the kernel refuses puts back what was written before it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import ipaddress
 import os
 import re
-import socket
 import sys
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _netns, _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _frames, _netns, _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 # Map types whose entries this manages: fixed-size keys and values that are data, not file descriptors.
@@ -46,7 +46,6 @@ DEVMAP_TYPES = ("devmap", "devmap_hash")
 
 _DECIMAL = re.compile(r"[+-]?[0-9]+")
 _HEXADECIMAL = re.compile(r"[+-]?0[xX][0-9a-fA-F]+")
-_MAC = re.compile(r"[0-9a-fA-F]{2}([:-])[0-9a-fA-F]{2}(\1[0-9a-fA-F]{2}){4}")
 _HEX_SEPARATORS = re.compile(r"[\s:.-]")
 _ALIASES = ("typedef", "const", "volatile", "restrict", "type_tag")
 
@@ -78,7 +77,12 @@ def as_int(value) -> int | None:
 def as_bytes(value, where: str) -> tuple[bytes, str] | None:
     """Bytes given as {hex: ...}, an IPv4/IPv6 address or a MAC, with what they are (for messages); else None."""
     if isinstance(value, dict) and set(value) == {"hex"}:
-        text = _HEX_SEPARATORS.sub("", str(value["hex"]))
+        if not isinstance(value["hex"], str):
+            # YAML reads {hex: 0a} as a string but {hex: 10} or {hex: 0x0a} as a number, whose digits are
+            # no longer the ones written.
+            raise MapEntryError("%s: {hex: %s} is a number, not hex digits; quote the hex digits: {hex: '0a'}"
+                                % (where, value["hex"]))
+        text = _HEX_SEPARATORS.sub("", value["hex"])
         if text[:2] in ("0x", "0X"):
             text = text[2:]
         try:
@@ -87,8 +91,11 @@ def as_bytes(value, where: str) -> tuple[bytes, str] | None:
             raise MapEntryError("%s: {hex: %s} is not an even number of hex digits" % (where, value["hex"]))
     if isinstance(value, str):
         text = value.strip()
-        if _MAC.fullmatch(text):
-            return bytes.fromhex(re.sub("[:-]", "", text)), "the MAC address %s" % text
+        if text.count(":") == 5 or text.count("-") == 5:  # six parts: no IP address, a MAC if anything
+            try:
+                return _frames.mac_bytes(text.replace("-", ":")), "the MAC address %s" % text
+            except ValueError:
+                return None
         try:
             address = ipaddress.ip_address(text)
         except ValueError:
@@ -551,11 +558,7 @@ class KernelResolver:
 
     @staticmethod
     def has_device(index: int) -> bool:
-        try:
-            socket.if_indextoname(index)
-        except OSError:
-            return False
-        return True
+        return _netns.ifname(index) is not None
 
     @staticmethod
     def program_id(ref) -> int:
@@ -694,12 +697,14 @@ class MapEntries:
 
 
 def converge(params: dict, check_mode: bool) -> dict:
-    """The module's work: open the map, enter the namespace, lock the map, converge."""
+    """The module's work: open the map, enter the namespace, lock the map (not in check mode, which writes
+    nothing, not even a lock file), converge."""
     with _netns.netns(params["netns"]):
-        with _bpf.open_pinned_map(params["path"]) as bpf_map:
+        with _bpf.open_pinned_map(params["path"]) as bpf_map, contextlib.ExitStack() as locked:
             entries = MapEntries(bpf_map)
-            with _pins.lock("maps", "map-%d" % bpf_map.info["id"]):
-                result = entries.converge(params["entries"], params["state"], params["exclusive"],
-                                          KernelResolver(params["netns"]), check_mode)
+            if not check_mode:
+                locked.enter_context(_pins.lock("maps", "map-%d" % bpf_map.info["id"]))
+            result = entries.converge(params["entries"], params["state"], params["exclusive"],
+                                      KernelResolver(params["netns"]), check_mode)
     result["path"] = params["path"]
     return result

@@ -100,3 +100,11 @@ def ifindex(ifname: str) -> int:
         return socket.if_nametoindex(ifname)
     except OSError:  # "no interface with this name", without an errno
         raise NotFoundError("interface %r does not exist in this network namespace" % ifname)
+
+
+def ifname(index: int) -> str | None:
+    """The name of the interface with this index in the current network namespace, or None."""
+    try:
+        return socket.if_indextoname(index)
+    except OSError:
+        return None

@@ -26,7 +26,8 @@ author:
   - ebpf.xdp developers (@ebpf-xdp)
 requirements:
   - libbpf >= 1.0 (C(libbpf.so.1)) on the managed host
-  - root (C(CAP_BPF) or C(CAP_SYS_ADMIN), and C(CAP_NET_ADMIN)) and a mounted bpffs
+  - root (C(CAP_BPF) or C(CAP_SYS_ADMIN), and C(CAP_NET_ADMIN); C(CAP_SYS_ADMIN) itself with O(netns), and to
+    open programs by id, such as a devmap value's egress program given or put back by id) and a mounted bpffs
 extends_documentation_fragment:
   - ebpf.xdp.attributes
 options:
@@ -52,7 +53,8 @@ options:
         renders); C(0x0a000001) is therefore the integer 167772161, not bytes."
       - "C({ifindex: NAME}) is the index of interface NAME in O(netns), anywhere an integer goes. An integer
         field named C(ifindex) or ending in C(_ifindex) also takes the interface name alone."
-      - "Bytes: C({hex: '0a000001'}) (spaces and colons allowed), an IPv4 or IPv6 address (in network order), or
+      - "Bytes: C({hex: '0a000001'}) (spaces and colons allowed; quoted, since YAML reads C({hex: 0x0a}) or
+        C({hex: 10}) as a number, which is refused), an IPv4 or IPv6 address (in network order), or
         a MAC address (C(02:00:00:00:00:01)). A byte-array field (such as C(__u8 addr[16])) takes them when they
         fit and is zero-filled after them (an IPv4 address in a 16-byte field); any other field, and a key or
         value without BTF, takes them only at exactly its size. A byte array also takes a list of byte values."
@@ -217,7 +219,9 @@ def main():
         supports_check_mode=True,
     )
     _common.require_libraries(module, pyroute2=False)
-    _common.require_privileges(module)
+    # CAP_SYS_ADMIN grants CAP_BPF (missing_capabilities); entering a namespace needs CAP_SYS_ADMIN itself.
+    needed = ("CAP_BPF", "CAP_NET_ADMIN") + (("CAP_SYS_ADMIN",) if module.params["netns"] else ())
+    _common.require_privileges(module, needed)
     try:
         result = _map_entry.converge(module.params, module.check_mode)
     except _common.KNOWN_ERRORS as exc:

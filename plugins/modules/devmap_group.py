@@ -82,7 +82,8 @@ options:
     type: bool
   exclusive:
     description:
-      - Remove the members and addresses that are not listed, instead of only adding the listed ones.
+      - Remove the members and addresses that are not listed, instead of only adding the listed ones, and the
+        egress program when O(egress_program) is omitted.
     type: bool
     default: false
   egress_program:
@@ -91,13 +92,16 @@ options:
         C(xdp_multicast.bpf.c), which writes the egress port's own MAC as the source address (the module writes
         each member's MAC into C(mcast_port_mac)).
       - It is loaded as a devmap program (attach type C(BPF_XDP_DEVMAP)) over the map set's maps, pinned in the
-        group's directory and set in every member's devmap value. Omitting it removes the group's egress program.
+        group's directory and set in every member's devmap value.
+      - When omitted, the group keeps the egress program it has, as it keeps members and addresses that are not
+        listed; with O(exclusive=true) an omitted egress program is removed. V({}) (an empty dict) removes the
+        group's egress program in any case.
     type: dict
     suboptions:
       object:
-        description: Path of the compiled BPF object on the managed host.
+        description: Path of the compiled BPF object on the managed host; required unless O(egress_program) is
+          V({}).
         type: path
-        required: true
       program:
         description:
           - Function name of the program; may be omitted when the object holds one devmap program
@@ -243,7 +247,7 @@ def main():
         addresses=dict(type="list", elements="str", default=[]),
         exclude_ingress=dict(type="bool"),
         exclusive=dict(type="bool", default=False),
-        egress_program=dict(type="dict", options=dict(object=dict(type="path", required=True),
+        egress_program=dict(type="dict", options=dict(object=dict(type="path"),
                                                       program=dict(type="str"))),
         state=dict(type="str", choices=["present", "absent"], default="present"),
     )

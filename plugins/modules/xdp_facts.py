@@ -99,8 +99,9 @@ ansible_facts:
               C(exclude_ingress), C(egress_program) (its program name, or null), C(frames) (frames classified to
               the group) and C(copies) (copies the program asked the kernel for), both summed over CPUs, and with
               O(rate_interval) C(rates) (C(frames) and C(copies) per second).
+            - A map set that cannot be read (half removed, say) is left out with a warning.
           type: dict
-          returned: when a map set holds multicast groups
+          returned: when the namespace has a map set with the multicast maps (a set without groups is an empty list)
           sample:
             multicast:
               - id: 1
@@ -168,14 +169,17 @@ def main():
     p = module.params
     if p["rate_interval"] < 0:
         module.fail_json(msg="rate_interval must not be negative")
+    warnings = []
     try:
         with _netns.netns(p["netns"]):
             if p["rate_interval"]:
-                xdp = _facts.with_rates(p["pin_root"], p["netns"], p["interfaces"], p["rate_interval"])
+                xdp = _facts.with_rates(p["pin_root"], p["netns"], p["interfaces"], p["rate_interval"], warnings)
             else:
-                xdp = _facts.snapshot(p["pin_root"], p["netns"], p["interfaces"])
+                xdp = _facts.snapshot(p["pin_root"], p["netns"], p["interfaces"], warnings)
     except _common.KNOWN_ERRORS as exc:
         _common.fail_from(module, exc)
+    for warning in warnings:
+        module.warn(warning)
     module.exit_json(changed=False, ansible_facts={"xdp": xdp})
 
 

@@ -10,7 +10,7 @@ import pytest
 from conftest import BPF_DIR, assert_rhythm, compile_bpf
 from test_tc_redirect_programs import eventually
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _facts, _loader, _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _facts, _loader, _netns, _pins
 
 BPF_MAP_TYPE_HASH, BPF_MAP_TYPE_DEVMAP = 1, 14
 
@@ -187,6 +187,19 @@ def test_diff_mode_lists_the_entries_before_and_after(run_distro, mcast_maps):
     assert res["entries"] == [{"key": v6, "value": 2}]
     # Check mode wrote nothing.
     assert contents(path) == {V4_RAW: u32(1)}
+
+
+def test_check_mode_takes_no_lock(run_distro, mcast_maps):
+    """Check mode writes nothing, not even the map's lock file (the real run creates it)."""
+    path = mcast_maps["mcast_config"]
+    with _bpf.open_pinned_map(path) as pinned:
+        lock = os.path.join(_pins.LOCK_DIR, "maps", "map-%d.lock" % pinned.info["id"])
+    res = run_distro("bpf_map_entry", dict(path=path, entries=[{"key": 1, "value": {"flags": 1, "members": 2}}]),
+                     check=True)
+    assert res["changed"] and not os.path.exists(lock), res
+    assert run_distro("bpf_map_entry", dict(path=path, entries=[{"key": 1, "value": {"flags": 1, "members": 2}}]))[
+        "changed"] and os.path.exists(lock)
+    os.unlink(lock)
 
 
 def test_an_array_of_structs_where_absent_is_zero(run_distro, mcast_maps):

@@ -9,6 +9,7 @@ the veth in). Groups are declared with the module, the way a playbook does.
 """
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -24,7 +25,7 @@ from conftest import BPF_DIR, ROOT, SYSTEM_PYTHON, VENV_PYTHON, assert_rhythm, c
 from test_multicast_programs import BROADCAST, Ports, arp_broadcast, counting_hosts, sniffer, sources, udp_to
 from test_tc_redirect_programs import eventually
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _devmap, _facts, _frames, _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _devmap, _facts, _frames, _netns, _pins
 
 SET = "multicast"
 V4, V4_MAC = "239.1.1.1", "01:00:5e:01:01:01"
@@ -179,6 +180,50 @@ def test_one_map_set_for_every_port_removed_with_the_last_attachment(run_distro,
         res = run_distro("xdp_program", dict(interface="p2", netns=ports.sw, state="absent"))
         assert res["changed"] and not os.path.exists(set_dir), res
         assert not os.path.exists(os.path.join(pin_root, ports.sw)), os.listdir(os.path.join(pin_root, ports.sw))
+
+
+def lock_is_free(netns_key, name):
+    """Whether nobody holds the _pins.lock(netns_key, name) now."""
+    path = os.path.join(_pins.LOCK_DIR, netns_key, name + ".lock")
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return True
+
+
+def test_moving_to_another_set_releases_the_old_one_holding_no_other_lock(run_distro, mcast_obj, pin_root):
+    """p0 moves from set x to set y. The old set is released only after the run dropped the locks of p0 and y:
+    a run moving p1 from y to x at the same time would otherwise wait for x while holding y, and deadlock."""
+    with contextlib.ExitStack() as stack:
+        ports = Ports(2)
+        stack.callback(ports.down)
+        ports.up()
+        sets = os.path.join(pin_root, ports.sw, "shared_maps")
+        args = dict(interface="p0", netns=ports.sw, object=mcast_obj, program="xdp_multicast", mode="generic")
+        for port, name in ((0, "x"), (1, "y")):
+            res = run_distro("xdp_program", dict(args, interface="p%d" % port, shared_maps=name))
+            assert res["changed"] and not res.get("failed"), res
+        owner = _pins.Record(os.path.join(pin_root, ports.sw, "p0", "xdp", "owner"))
+        results = []
+        with _pins.lock(ports.sw, _pins.shared_maps_lock("x")):
+            mover = threading.Thread(target=lambda: results.append(run_distro("xdp_program",
+                                                                              dict(args, shared_maps="y"))))
+            mover.start()
+            stack.callback(mover.join, 60)  # before the ports go, after x's lock is dropped
+            # The move is done (the record names y); the run now waits for x's lock alone.
+            assert eventually(lambda: (owner.read() or {}).get("shared_maps"), "y", timeout=60) == "y"
+            mover.join(1)
+            assert mover.is_alive(), results  # it does wait for x
+            assert lock_is_free(ports.sw, _pins.shared_maps_lock("y"))
+            assert lock_is_free(ports.sw, "p0")
+        mover.join(60)
+        [moved] = results
+        assert moved["changed"] and not moved.get("failed") and not moved.get("warnings"), moved
+        assert moved["maps"]["mcast_groups"] == os.path.join(sets, "y", "mcast_groups")
+        assert sorted(os.listdir(sets)) == ["y"]  # x had no attachment left
 
 
 def test_shared_maps_rhythm_and_a_bad_set_name(run_distro, mcast_obj, pin_root):
@@ -346,13 +391,45 @@ def test_the_egress_program_writes_each_ports_own_mac_on_every_copy(run_distro, 
             return {port: sources(sock, sw.udp()[12:]) for port, sock in sniffers.items()}
 
         assert seen() == {p: {sw.ports.port_macs[p]: n} for p in (1, 2, 3)}
-        # Without egress_program the copies leave as they came, and the program is unpinned.
-        plain = sw.ok(name="video", members=["p1", "p2", "p3"], addresses=[V4])
+        # Without an egress program ({} removes it) the copies leave as they came, and the program is unpinned.
+        plain = sw.ok(name="video", members=["p1", "p2", "p3"], addresses=[V4], egress_program={})
         assert plain["changed"] and plain["egress_program"] is None
         assert not os.path.exists(os.path.join(res["pin_dir"], "prog"))
         with _devmap.MapSet(sw.set_dir, SET) as mset:
             assert set(mset.members(1).values()) == {0}
         assert seen() == {p: {sw.ports.host_macs[0]: n} for p in (1, 2, 3)}
+
+
+def test_an_omitted_egress_program_is_kept_and_removed_by_exclusive_or_an_empty_dict(
+        run_distro, mcast_obj, drop_obj, pin_root):
+    with switch(3, mcast_obj, drop_obj, run_distro, pin_root) as sw:
+        egress = {"object": mcast_obj, "program": "xdp_egress_mac"}
+        pinned = os.path.join(sw.set_dir, "groups", "1", "prog")
+
+        def egress_ids():
+            with _devmap.MapSet(sw.set_dir, SET) as mset:
+                return set(mset.members(1).values())
+
+        first = sw.ok(name="video", members=["p1"], addresses=[V4], egress_program=egress)
+        prog_ids = egress_ids()
+        assert first["egress_program"] == egress and len(prog_ids) == 1 and 0 not in prog_ids, first
+        # Omitted, like members and addresses not listed: kept, with the same program on a new member too.
+        kept = sw.ok(name="video", members=["p2"])
+        assert kept["changed"] and kept["egress_program"] == egress and egress_ids() == prog_ids, kept
+        again = sw.ok(name="video", members=["p1"], check=True)
+        assert not again["changed"] and again["egress_program"] == egress, again
+        # exclusive: exactly as listed, so no egress program.
+        args = dict(name="video", members=["p1", "p2"], addresses=[V4], exclusive=True)
+        gone = sw.ok(**args)
+        assert gone["changed"] and gone["egress_program"] is None and egress_ids() == {0}, gone
+        assert not os.path.exists(pinned) and not sw.ok(**args)["changed"]
+        # {} removes it without exclusive; the four-step rhythm.
+        sw.ok(name="video", egress_program=egress)
+        assert os.path.exists(pinned) and egress_ids() != {0}
+        assert_rhythm(sw.run, "devmap_group", dict(name="video", egress_program={}, netns=sw.ports.sw,
+                                                   pin_root=pin_root))
+        assert not os.path.exists(pinned) and egress_ids() == {0}
+        assert sw.ok(name="video")["egress_program"] is None
 
 
 def test_a_member_whose_peer_cannot_take_native_redirects_is_named(run_distro, mcast_obj, drop_obj, pin_root):
@@ -427,6 +504,37 @@ def test_facts_show_groups_members_and_counters(run_distro, mcast_obj, drop_obj,
         assert group["rates"]["copies"] == pytest.approx(2 * group["rates"]["frames"], rel=0.05), group
 
 
+def test_facts_leave_out_a_set_that_cannot_be_read_and_a_group_removed_while_read(
+        run_distro, mcast_obj, drop_obj, pin_root):
+    with switch(2, mcast_obj, drop_obj, run_distro, pin_root) as sw:
+        sw.ok(name="video", members=["p1"], addresses=[V4])
+        # A set with an mcast_groups map but none of the others (half removed, or pinned by hand).
+        broken = os.path.join(pin_root, sw.ports.sw, "shared_maps", "broken")
+        os.makedirs(broken)
+        with _bpf.Map.create(_bpf.BPF_MAP_TYPE_ARRAY, "mcast_groups", 4, 4, 1) as lone:
+            lone.pin(os.path.join(broken, "mcast_groups"))
+        res = run_distro("xdp_facts", dict(netns=sw.ports.sw, pin_root=pin_root))
+        assert not res.get("failed"), res
+        assert [g["name"] for g in res["ansible_facts"]["xdp"]["devmap_groups"][SET]] == ["video"]
+        assert "broken" not in res["ansible_facts"]["xdp"]["devmap_groups"]
+        assert any("map set broken left out, it cannot be read: map set 'broken' has no pinned mcast_addrs" in w
+                   for w in res.get("warnings", [])), res
+        # A group whose devmap goes between the lookup of its id and the open by id is no group.
+        with _devmap.MapSet(sw.set_dir, SET) as mset:
+            real = mset.maps["mcast_groups"]
+
+            class Gone:
+                @staticmethod
+                def inner(_key):
+                    raise _bpf.BpfError("open map by id", 2)
+
+            mset.maps["mcast_groups"] = Gone()
+            try:
+                assert mset.members(1) is None
+            finally:
+                mset.maps["mcast_groups"] = real
+
+
 BAD_INPUT = [
     (dict(name="x", members=["p1", "nope0"]), r"member nope0: no such interface in network namespace mc\w+-sw"),
     (dict(id=0, members=["p1"]), r"group id 0 is out of range: ids run from 1 to 255"),
@@ -454,6 +562,30 @@ def test_bad_input_is_a_clear_error_and_changes_nothing(run_distro, mcast_obj, d
         # And an existing group is left as it was by a failing change of it.
         res = sw.group(name="video", members=["p1", "nope0"], exclusive=True)
         assert res.get("failed") and sw.maps_state() == before
+
+
+def test_a_failure_after_the_map_writes_puts_them_back(mcast_obj, drop_obj, run_distro, pin_root, monkeypatch):
+    """The record is written last, inside the journal: when it fails (here: injected in-process), the maps,
+    the egress program's pin and the group directory are as before, and a new group can still be created."""
+    with switch(3, mcast_obj, drop_obj, run_distro, pin_root) as sw:
+        sw.ok(name="video", members=["p0", "p2"], addresses=[V4])
+        before = sw.maps_state()
+
+        def refuse(_record, _data):
+            raise OSError(28, "injected: no space left for the record")
+
+        monkeypatch.setattr(_pins.Record, "write", refuse)
+        task = dict(netns=sw.ports.sw, pin_root=pin_root, shared_maps=SET, state="present")
+        egress = {"object": mcast_obj, "program": "xdp_egress_mac"}
+        for args in (dict(name="audio", members=["p1"], addresses=["239.2.2.2"]),
+                     dict(name="video", members=["p1", "p2"], addresses=["ff0e::1"], exclusive=True),
+                     dict(name="video", members=["p1"], egress_program=egress),
+                     dict(name="audio", members=["p0", "p1"], egress_program=egress)):
+            with pytest.raises(OSError, match="injected"):
+                _devmap.converge(dict(task, **args), False)
+            assert sw.maps_state() == before, args
+        monkeypatch.undo()
+        assert sw.ok(name="audio", members=["p1"], addresses=["239.2.2.2"])["id"] == 2
 
 
 def test_a_group_written_by_hand_is_not_taken_over(run_distro, mcast_obj, drop_obj, pin_root):

@@ -101,6 +101,10 @@ def test_without_btf_an_integer_takes_either_sign_and_bytes_must_match_the_size(
         encode(key, 1 << 32)
     with pytest.raises(MapEntryError, match="not an even number of hex digits"):
         encode(key, {"hex": "abc"})
+    # YAML's {hex: 0x0a} is the int 10, {hex: 10} too: not the digits written.
+    for number in (10, 0x0a000001, 1.5):
+        with pytest.raises(MapEntryError, match=r"is a number, not hex digits; quote the hex digits: \{hex: '0a'\}"):
+            encode(key, {"hex": number})
     assert key.decode(u32(5)) == 5
     assert _map_entry.Sized(6, "value").decode(b"\x02\0\0\0\0\x01") == {"hex": "020000000001"}
 
@@ -153,6 +157,7 @@ def test_booleans_and_a_byte_array_that_takes_a_mac_and_a_list_of_bytes():
     assert encode(flag, True) == b"\x01" and flag.decode(b"\x01") is True
     layout = _map_entry.Bytes(6, "__u8[6]")
     assert encode(layout, "02-00-00-00-00-01") == bytes.fromhex("020000000001")
+    assert encode(layout, "02:00:00:00:00:0A") == bytes.fromhex("02000000000a")
     assert encode(layout, [1, "2", 0x3]) == bytes([1, 2, 3, 0, 0, 0])
     with pytest.raises(MapEntryError, match="not a list of byte values"):
         encode(layout, [256])

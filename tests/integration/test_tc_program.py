@@ -233,8 +233,8 @@ def test_foreign_filter_is_left_alone_then_taken_over_with_force(run_distro, pai
     assert filters(pair.rx) == [] and has_clsact(pair.rx), "the clsact was not the collection's"
 
 
-def test_forced_takeover_of_a_filter_for_one_protocol_says_the_hook_was_briefly_empty(run_distro, pair, tc_obj,
-                                                                                       tmp_path):
+def test_forced_takeover_of_a_filter_for_one_protocol_says_the_hook_was_briefly_empty(
+        run_distro, pair, tc_obj, tmp_path):
     # tc keeps one protocol per priority, so ours (all) cannot replace an IPv4-only filter in one step.
     foreign = attach_foreign_filter(pair, compile_c(tmp_path, SECOND_TC_PROGRAM, "tc_other"), protocol="ip")
     args = dict(count_args(pair, "cls_bpf", priority=1, handle=1), object=tc_obj, force=True)

@@ -144,17 +144,17 @@ def test_xdp_program_and_facts_over_ssh(vm, tmp_path):
     pair = VmPair()
     args = {"interface": "eth0", "netns": pair.rx, "object": "%s/xdp_drop_count.o" % OBJ_DIR,
             "program": "xdp_drop_count", "mode": "native", "pin_root": pair.pin_root}
-    results = playbook(str(tmp_path / "xdp.yml"), [pair.up_task()] + shipped(tmp_path, "xdp_drop_count")
-                       + shipped(tmp_path, "xdp_trafficgen") + [{
-        "name": "Attach, send, read", "block": rhythm("xdp_program", args) + [
-            # The XDP generator too: its program must pass 6.1's verifier, older and stricter than this machine's.
-            {"name": "Send 10 UDP and 10 TCP frames", "ebpf.xdp.xdp_trafficgen": {
-                "interface": "eth0", "netns": pair.tx, "engine": "xdp", "object": "%s/xdp_trafficgen.o" % OBJ_DIR,
-                "protocols": ["udp", "tcp"], "count": 10, "src_ip": pair.tx_ip, "dst_ip": pair.rx_ip,
-                "dst_mac": pair.rx_mac}},
-            {"name": "Read the facts", "ebpf.xdp.xdp_facts": {"netns": pair.rx, "pin_root": pair.pin_root}},
-        ],
-        "always": [pair.down_task()]}])
+    setup = [pair.up_task()] + shipped(tmp_path, "xdp_drop_count") + shipped(tmp_path, "xdp_trafficgen")
+    tasks = rhythm("xdp_program", args) + [
+        # The XDP generator too: its program must pass 6.1's verifier, older and stricter than this machine's.
+        {"name": "Send 10 UDP and 10 TCP frames", "ebpf.xdp.xdp_trafficgen": {
+            "interface": "eth0", "netns": pair.tx, "engine": "xdp", "object": "%s/xdp_trafficgen.o" % OBJ_DIR,
+            "protocols": ["udp", "tcp"], "count": 10, "src_ip": pair.tx_ip, "dst_ip": pair.rx_ip,
+            "dst_mac": pair.rx_mac}},
+        {"name": "Read the facts", "ebpf.xdp.xdp_facts": {"netns": pair.rx, "pin_root": pair.pin_root}},
+    ]
+    results = playbook(str(tmp_path / "xdp.yml"), setup + [
+        {"name": "Attach, send, read", "block": tasks, "always": [pair.down_task()]}])
 
     attached = assert_rhythm(results, "xdp_program")
     assert attached["mode"] == "native" and attached["attached"] is True, attached
@@ -209,7 +209,6 @@ class VmChain(VmPair):
                 "ansible.builtin.command": {"argv": ["sh", "-ec", "\n".join(script)]}}
 
 
-
 def test_act_bpf_redirects_and_lifecycle_on_6_1(vm, tmp_path):
     """The kernel commit's own setup (u32 match-all + act_bpf), which this machine's kernel cannot run.
 
@@ -237,30 +236,32 @@ def test_act_bpf_redirects_and_lifecycle_on_6_1(vm, tmp_path):
             {"name": "Remove " + program, "ebpf.xdp.tc_program": dict(on_eth0, program=program, state="absent")}]
     foreign = "/sys/fs/bpf/%s/foreign" % chain.tag
     takeover = dict(counter, interface="eth0", priority=1, handle=1, force=True)
-    results = playbook(str(tmp_path / "act_bpf.yml"), [chain.up_task()]
-                       + shipped(tmp_path, "tc_redirect") + shipped(tmp_path, "xdp_drop_count") + [{
-        "name": "Redirect by act_bpf, then the lifecycle", "block": [
-            {"name": "Count at the receiver", "ebpf.xdp.xdp_program": {
-                "interface": "eth0", "netns": chain.rx, "object": "%s/xdp_drop_count.o" % OBJ_DIR,
-                "mode": "native", "pin_root": chain.pin_root}},
-            {"name": "Count at the router's eth1 ingress", "ebpf.xdp.tc_program": counter},
-        ] + redirects + [
-            {"name": "Read the receiver", "ebpf.xdp.xdp_facts": {"netns": chain.rx, "pin_root": chain.pin_root}},
-            {"name": "Read the router", "ebpf.xdp.xdp_facts": {"netns": chain.rt, "pin_root": chain.pin_root}},
-        ] + rhythm("tc_program", dict(counter, constants={"tc_action": 2}))
-          + [dict(t, name="absent " + t["name"]) for t in rhythm("tc_program", dict(counter, state="absent"))] + [
-            {"name": "A filter put there by tc", "ansible.builtin.shell": (
-                # nsenter, not tc -n: that mounts a fresh /sys, without the bpffs holding the pinned program.
-                "mkdir -p {pins} && bpftool prog loadall {obj} {pins} type action && "
-                "tc -n {ns} qdisc add dev eth0 clsact && "
-                "nsenter --net=/run/netns/{ns} tc filter add dev eth0 ingress prio 1 handle ::1 u32 match u32 0 0 "
-                "action bpf object-pinned {pins}/tc_drop_count && "
-                "tc -n {ns} -j filter show dev eth0 ingress").format(obj=obj, pins=foreign, ns=chain.rt)},
-        ] + [dict(t, name="takeover " + t["name"]) for t in rhythm("tc_program", takeover)] + [
-            {"name": "Witness", "ansible.builtin.command": {
-                "argv": ["tc", "-n", chain.rt, "filter", "show", "dev", "eth0", "ingress"]}},
-        ],
-        "always": [chain.down_task()]}])
+    setup = [chain.up_task()] + shipped(tmp_path, "tc_redirect") + shipped(tmp_path, "xdp_drop_count")
+    counting = [
+        {"name": "Count at the receiver", "ebpf.xdp.xdp_program": {
+            "interface": "eth0", "netns": chain.rx, "object": "%s/xdp_drop_count.o" % OBJ_DIR,
+            "mode": "native", "pin_root": chain.pin_root}},
+        {"name": "Count at the router's eth1 ingress", "ebpf.xdp.tc_program": counter},
+    ]
+    reading = [
+        {"name": "Read the receiver", "ebpf.xdp.xdp_facts": {"netns": chain.rx, "pin_root": chain.pin_root}},
+        {"name": "Read the router", "ebpf.xdp.xdp_facts": {"netns": chain.rt, "pin_root": chain.pin_root}},
+    ]
+    lifecycle = rhythm("tc_program", dict(counter, constants={"tc_action": 2}))
+    lifecycle += [dict(t, name="absent " + t["name"]) for t in rhythm("tc_program", dict(counter, state="absent"))]
+    lifecycle.append({"name": "A filter put there by tc", "ansible.builtin.shell": (
+        # nsenter, not tc -n: that mounts a fresh /sys, without the bpffs holding the pinned program.
+        "mkdir -p {pins} && bpftool prog loadall {obj} {pins} type action && "
+        "tc -n {ns} qdisc add dev eth0 clsact && "
+        "nsenter --net=/run/netns/{ns} tc filter add dev eth0 ingress prio 1 handle ::1 u32 match u32 0 0 "
+        "action bpf object-pinned {pins}/tc_drop_count && "
+        "tc -n {ns} -j filter show dev eth0 ingress").format(obj=obj, pins=foreign, ns=chain.rt)})
+    lifecycle += [dict(t, name="takeover " + t["name"]) for t in rhythm("tc_program", takeover)]
+    lifecycle.append({"name": "Witness", "ansible.builtin.command": {
+        "argv": ["tc", "-n", chain.rt, "filter", "show", "dev", "eth0", "ingress"]}})
+    results = playbook(str(tmp_path / "act_bpf.yml"), setup + [
+        {"name": "Redirect by act_bpf, then the lifecycle", "block": counting + redirects + reading + lifecycle,
+         "always": [chain.down_task()]}])
 
     receiver = results["Read the receiver"]["ansible_facts"]["xdp"]["interfaces"]["eth0"]["xdp"]
     assert receiver["protocols"] == {"udp": 20, "tcp": 20}, receiver

@@ -5,6 +5,7 @@ namespaces.
     sender eth0 ---------------------------------- eth0 receiver   10.11.0.0/24
     sender eth1 --- eth0 router eth1 ------------- eth1 receiver   10.11.1.0/24, 10.11.2.0/24
     sender eth2 --- eth0 bridge (br0) eth1 ------- eth2 receiver   10.11.3.0/24
+    sender eth3 --- eth0 switch eth1..eth9 ------- eth1..eth9 members (no addresses but the sender's)
 
 The tests share one lab (module fixture) and run in file order; the last one
 takes it down.
@@ -74,8 +75,10 @@ def test_lab_sends_nothing_of_its_own(lab):
     """No ARP, ND, MLD, IGMP or STP frame on any lab interface: counters see only test traffic."""
     assert lab["packets"]["router"] == {"eth0": (0, 0), "eth1": (0, 0)}
     assert lab["packets"]["bridge"] == {"eth0": (0, 0), "eth1": (0, 0), "br0": (0, 0)}
-    for ns in ("sender", "receiver"):
-        assert lab["packets"][ns] == {"eth0": (0, 0), "eth1": (0, 0), "eth2": (0, 0)}, ns
+    assert lab["packets"]["sender"] == {"eth0": (0, 0), "eth1": (0, 0), "eth2": (0, 0), "eth3": (0, 0)}
+    assert lab["packets"]["receiver"] == {"eth0": (0, 0), "eth1": (0, 0), "eth2": (0, 0)}
+    assert lab["packets"]["switch"] == dict(("eth%d" % i, (0, 0)) for i in range(10))
+    assert lab["packets"]["members"] == dict(("eth%d" % i, (0, 0)) for i in range(1, 10))
 
 
 def test_inventory_has_the_router_and_the_bridge():
@@ -86,8 +89,12 @@ def test_inventory_has_the_router_and_the_bridge():
     assert inventory["routers"]["hosts"] == ["router"]
     assert inventory["bridges"]["hosts"] == ["bridge"]
     assert set(inventory["lab"]["children"]) >= {"senders", "receivers", "routers", "bridges"}
-    # The deploy playbook counts on the receivers and forwards with tc redirect on the routers.
-    assert set(inventory["xdp_hosts"]["children"]) == {"receivers", "routers"}
+    assert inventory["switches"]["hosts"] == ["switch"]
+    assert inventory["multicast_members"]["hosts"] == ["members"]
+    # The deploy playbook counts on the receivers, forwards with tc redirect on the routers, copies to
+    # multicast groups on the switches, and counts the copies on the members and the sender.
+    assert set(inventory["xdp_hosts"]["children"]) == {"senders", "receivers", "routers", "switches",
+                                                       "multicast_members"}
 
     # What a play on sender finds: its first link still leads straight to the
     # receiver, and across the bridge its neighbour is the receiver's end.
@@ -113,7 +120,8 @@ def test_router_forwards_between_its_subnets(lab):
     after = dict((ns, packets(ns)) for ns in ("sender", "router", "receiver"))
     # Requests in at router eth0 and out of eth1, replies the other way; nothing on the other paths.
     assert grown(before["router"], after["router"]) == {"eth0": (PINGS, PINGS), "eth1": (PINGS, PINGS)}
-    assert grown(before["sender"], after["sender"]) == {"eth0": (0, 0), "eth1": (PINGS, PINGS), "eth2": (0, 0)}
+    assert grown(before["sender"], after["sender"]) == {"eth0": (0, 0), "eth1": (PINGS, PINGS), "eth2": (0, 0),
+                                                        "eth3": (0, 0)}
     assert grown(before["receiver"], after["receiver"]) == {"eth0": (0, 0), "eth1": (PINGS, PINGS), "eth2": (0, 0)}
 
 
@@ -133,7 +141,8 @@ def test_bridge_forwards_between_its_ports(lab):
     after = dict((ns, packets(ns)) for ns in ("sender", "bridge", "receiver"))
     # br0 itself neither sends nor receives: the frames go from port to port.
     assert grown(before["bridge"], after["bridge"]) == {"eth0": (PINGS, PINGS), "eth1": (PINGS, PINGS), "br0": (0, 0)}
-    assert grown(before["sender"], after["sender"]) == {"eth0": (0, 0), "eth1": (0, 0), "eth2": (PINGS, PINGS)}
+    assert grown(before["sender"], after["sender"]) == {"eth0": (0, 0), "eth1": (0, 0), "eth2": (PINGS, PINGS),
+                                                        "eth3": (0, 0)}
     assert grown(before["receiver"], after["receiver"]) == {"eth0": (0, 0), "eth1": (0, 0), "eth2": (PINGS, PINGS)}
 
 

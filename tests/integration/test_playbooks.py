@@ -37,6 +37,23 @@ def task_results(out, name):
     raise KeyError(name)
 
 
+def all_task_results(out, name):
+    """Results per host of every run of the task called name (a role included in a loop runs it once per item)."""
+    return [task["hosts"] for play in out["plays"] for task in play["tasks"]
+            if name in (task["task"]["name"], task["task"]["name"].partition(" : ")[2])]
+
+
+def adhoc(pattern, name, args):
+    """{host: result} of one module run on the hosts of pattern."""
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+               ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"))
+    argv = [os.path.join(ROOT, ".venv", "bin", "ansible"), pattern, "-m", name, "-a", json.dumps(args)]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]
+
+
 @pytest.fixture
 def lab():
     playbook("lab_down.yml")
@@ -69,6 +86,20 @@ def test_deploy_rhythm_and_witnesses(lab):
     assert "prog/xdp id %d" % prog["id"] in ip_link
     bpftool = json.loads(sh("ip", "netns", "exec", "receiver", "bpftool", "-j", "net", "show", "dev", "eth0").stdout)
     assert bpftool[0]["xdp"][0]["id"] == prog["id"] and bpftool[0]["xdp"][0]["mode"] == "driver"
+
+    # The switch's two groups: each burst was counted on every member (the role asserts it per member) ...
+    checked = [item["msg"] for hosts in all_task_results(second, "Check that every frame sent was counted")
+               for item in hosts["sender"]["results"]]
+    assert {"eth%d udp: sent 50, counted 50" % i for i in range(1, 10)} <= set(checked), checked
+    # ... the facts show both groups with what two deploys sent (50 frames to each group per run) ...
+    found = adhoc("switch:sender", "ebpf.xdp.xdp_facts", {"interfaces": ["eth3"]})
+    groups = {g["name"]: g for g in found["switch"]["ansible_facts"]["xdp"]["devmap_groups"]["multicast"]}
+    assert [(g["id"], len(g["members"]), g["addresses"], g["exclude_ingress"], g["frames"], g["copies"])
+            for g in (groups["video"], groups["flood"])] == [
+        (1, 4, ["239.1.1.1", "ff0e::1:1"], True, 100, 300), (2, 10, ["ff:ff:ff:ff:ff:ff"], False, 100, 1000)]
+    assert groups["flood"]["egress_program"] == "xdp_egress_mac"
+    # ... and the sender's port, a member of both, got back the flood copies only (video excludes the ingress).
+    assert found["sender"]["ansible_facts"]["xdp"]["interfaces"]["eth3"]["xdp"]["protocols"] == {"udp": 100}
 
 
 def test_lab_up_and_down_rhythm():

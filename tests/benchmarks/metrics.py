@@ -65,7 +65,8 @@ def sh(*argv):
 def free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port = sock.getsockname()[1]
+    return int(port)
 
 
 class Bench:
@@ -152,7 +153,7 @@ class Bench:
 
     def measure(self, scrapes):
         seconds, collect = [], []
-        for _ in range(scrapes):
+        for _attempt in range(scrapes):
             took, text = self.scrape()
             seconds.append(took)
             collect.append(float(re.search(r"^ebpf_xdp_collect_duration_seconds (\S+)$", text, re.M).group(1)))

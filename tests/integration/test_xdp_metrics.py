@@ -46,7 +46,8 @@ pytestmark = pytest.mark.skipif(not shutil.which("promtool"), reason="promtool m
 def free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port = sock.getsockname()[1]
+    return int(port)
 
 
 class Exporter:
@@ -116,7 +117,7 @@ class Exporter:
                 pid = int(src.read())
         except (OSError, ValueError):
             return None
-        return pid if os.path.exists("/proc/%d" % pid) else None
+        return pid if os.path.exists("/proc/%s" % pid) else None
 
     def scrape(self, host="127.0.0.1"):
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -128,8 +129,8 @@ class Exporter:
         pid = self.pid()
         if pid:
             os.kill(pid, 15)
-            for _ in range(100):
-                if not os.path.exists("/proc/%d" % pid):
+            for _attempt in range(100):
+                if not os.path.exists("/proc/%s" % pid):
                     break
                 time.sleep(0.05)
 
@@ -258,7 +259,7 @@ def test_scrape_counts_equal_frames_sent(pair, run, drop_obj, exporter):
 
     # state absent: stopped, its files gone; the same rhythm.
     exporter.rhythm(xdp_metrics_state="absent")
-    assert not os.path.exists("/proc/%d" % pid) and not exporter.pid()
+    assert not os.path.exists("/proc/%s" % pid) and not exporter.pid()
     assert not os.path.exists(exporter.config_file) and not os.path.exists(os.path.join(exporter.base, "lib"))
     with pytest.raises(OSError):
         exporter.scrape()
@@ -412,9 +413,9 @@ def test_exporter_in_a_namespace_serves_its_loopback_and_leaves_with_it(pair, ru
             exp.scrape()  # loopback of the namespace, not of this machine
         sh("ip", "netns", "del", pair.rx)
         deadline = time.monotonic() + 15
-        while os.path.exists("/proc/%d" % pid) and time.monotonic() < deadline:
+        while os.path.exists("/proc/%s" % pid) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not os.path.exists("/proc/%d" % pid), "the exporter outlived its namespace"
+        assert not os.path.exists("/proc/%s" % pid), "the exporter outlived its namespace"
     finally:
         exp.stop()
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Forwarding between two lab hosts, side by side: tc redirect, XDP redirect, a bridge, IP forwarding.
 
-    .venv/bin/python tests/benchmarks/forwarding.py [--rounds 3] [--seconds 3] | --smoke
+    .venv/bin/python tests/benchmarks/forwarding.py [--rounds 3] [--seconds 3] [--on vm] | --smoke
 
 The setups of the kernel commit that introduced bpf_redirect() (it measured
 u32 + act_bpf clone_redirect 2.0 Mpps, u32 + act_bpf redirect 2.4, cls_bpf
@@ -22,6 +22,12 @@ XDP program (the XDP redirect case has its own program there). Cases alternate r
 (the machines are shared and noisy); medians and ratios to the bridge are
 printed. A case the kernel cannot run (act_bpf without CONFIG_NET_ACT_BPF)
 is reported as such.
+
+With --on vm the same lab is built inside the lab's VM host (scripts/vm.sh:
+Debian 12's stock 6.1 kernel, which has act_bpf and no tcx) by the lab role,
+and every module runs there over SSH with the lab host's name as its netns.
+The VM is emulated (no KVM), so its absolute figures are far below this
+machine's; its ratios are what compares with the commit's.
 """
 
 import argparse
@@ -51,8 +57,17 @@ class Unsupported(Exception):
     """A case this kernel cannot run; the message says why."""
 
 
+# "lab" (the lab hosts are namespaces of this machine) or "vm" (the same lab inside the VM host).
+SITE = {"on": "lab"}
+VM = "vm"
+
+
 def module(host, name, args, allow_failure=False):
-    argv = [os.path.join(BIN, "ansible"), host, "-m", "ebpf.xdp." + name, "-a", json.dumps(args)]
+    if SITE["on"] == VM:
+        # A lab host inside the VM is a network namespace of that name.
+        host, args = VM, dict(args, netns=host)
+    argv = [os.path.join(BIN, "ansible"), host, "-m", name if "." in name else "ebpf.xdp." + name,
+            "-a", json.dumps(args)]
     proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=ROOT, check=False)
     try:
         result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"][host]
@@ -74,16 +89,47 @@ def playbook(*names):
 
 def prepare():
     """The lab, the objects on the hosts that need them, counters on the receiver's ports."""
-    playbook("lab_up.yml")
-    # Lab hosts are namespaces of this machine and share its files: one compile serves them all.
-    os.makedirs(OBJECTS, exist_ok=True)
-    for name in SOURCES:
-        module("router", "bpf_object", dict(src=os.path.join(ROOT, "files", "bpf", name + ".bpf.c"),
-                                            dest="%s/%s.o" % (OBJECTS, name)))
+    if SITE["on"] == VM:
+        prepare_vm()
+    else:
+        playbook("lab_up.yml")
+        # Lab hosts are namespaces of this machine and share its files: one compile serves them all.
+        os.makedirs(OBJECTS, exist_ok=True)
+        for name in SOURCES:
+            module("router", "bpf_object", dict(src=os.path.join(ROOT, "files", "bpf", name + ".bpf.c"),
+                                                dest="%s/%s.o" % (OBJECTS, name)))
     clear_router()
     for port in ("eth1", "eth2"):
         module("receiver", "xdp_program", dict(interface=port, object=OBJECTS + "/xdp_drop_count.o", mode="native"))
     module("bridge", "xdp_program", count_and_pass("eth0"))
+
+
+def prepare_vm():
+    """Boot the VM, build the lab's namespaces in it with the lab role, ship objects compiled here."""
+    subprocess.run(["bash", os.path.join(ROOT, "scripts", "vm.sh"), "up"], check=True)
+    play = os.path.join(ROOT, ".build", "vm", "forwarding_lab.yml")
+    with open(play, "w") as f:
+        json.dump([{"name": "The lab inside the VM", "hosts": VM, "gather_facts": False,
+                    "roles": [{"role": "ebpf.xdp.lab", "vars": {"lab_state": "present"}}]}], f)
+    argv = [os.path.join(BIN, "ansible-playbook"), play]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=dict(ENV, ANSIBLE_STDOUT_CALLBACK="default"),
+                          cwd=ROOT, check=False)
+    if proc.returncode:
+        raise SystemExit("the lab role on the VM failed:\n%s" % proc.stdout[-3000:])
+    os.makedirs(OBJECTS, exist_ok=True)
+    subprocess.run([os.path.join(BIN, "ansible"), VM, "-m", "ansible.builtin.file", "-a",
+                    json.dumps(dict(path=OBJECTS, state="directory", mode="0755"))],
+                   capture_output=True, env=ENV, cwd=ROOT, check=True)
+    for name in SOURCES:
+        local = "%s/%s.o" % (OBJECTS, name)
+        subprocess.run([os.path.join(BIN, "ansible"), "localhost", "-m", "ebpf.xdp.bpf_object", "-a",
+                        json.dumps(dict(src=os.path.join(ROOT, "files", "bpf", name + ".bpf.c"), dest=local))],
+                       capture_output=True, env=ENV, cwd=ROOT, check=True)
+        result = subprocess.run([os.path.join(BIN, "ansible"), VM, "-m", "ansible.builtin.copy", "-a",
+                                 json.dumps(dict(src=local, dest=local, mode="0644"))],
+                                capture_output=True, text=True, env=ENV, cwd=ROOT, check=False)
+        if result.returncode:
+            raise SystemExit("copying %s to the VM failed:\n%s" % (local, result.stdout[-2000:]))
 
 
 def count_and_pass(interface):
@@ -141,7 +187,8 @@ def udp_counted(interface):
 def run_case(name, seconds):
     """Delivered and offered frames per second for one case, or the reason it cannot run."""
     setup, port, dst_mac, receiver_port = CASES[name]
-    clear_router()
+    # Every setup puts its own XDP program on eth0 (or needs none there); a tc program must go.
+    module("router", "tc_program", dict(interface="eth0", state="absent"))
     try:
         setup()
     except Unsupported as exc:
@@ -177,7 +224,10 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--smoke", action="store_true", help="one short round: does the benchmark still work?")
+    parser.add_argument("--on", choices=["lab", VM], default="lab",
+                        help="the lab on this machine, or the same lab inside the VM host (Debian's 6.1 kernel)")
     opts = parser.parse_args()
+    SITE["on"] = opts.on
     rounds, seconds = (1, 0.3) if opts.smoke else (opts.rounds, opts.seconds)
     prepare()
     results = {name: [] for name in CASES}
@@ -193,8 +243,8 @@ def main():
                     results[name].append(outcome)
     finally:
         clear_router()
-    print("generator: xdp_trafficgen engine xdp, 1 CPU, 60-byte UDP, %.1f s per run, %d round(s)"
-          % (seconds, rounds))
+    print("on: %s; generator: xdp_trafficgen engine xdp, 1 CPU, 60-byte UDP, %.1f s per run, %d round(s)"
+          % ("the VM (Debian 6.1 kernel, emulated)" if opts.on == VM else "this machine's lab", seconds, rounds))
     report(results)
     sys.stdout.flush()
 

@@ -31,17 +31,14 @@ machine's; its ratios are what compares with the commit's.
 """
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.path.join(ROOT, ".venv", "bin")
-ENV = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
-           ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"),
-           ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
+from harness import ansible_cli
+from harness.ansible_cli import ROOT, playbook
+
 OBJECTS = "/var/lib/ebpf_xdp/bench"
 SOURCES = ("xdp_drop_count", "xdp_redirect", "tc_redirect", "xdp_trafficgen")
 PIN_ROOT = "/sys/fs/bpf/ebpf_xdp"
@@ -66,25 +63,7 @@ def module(host, name, args, allow_failure=False):
     if SITE["on"] == VM:
         # A lab host inside the VM is a network namespace of that name.
         host, args = VM, dict(args, netns=host)
-    argv = [os.path.join(BIN, "ansible"), host, "-m", name if "." in name else "ebpf.xdp." + name,
-            "-a", json.dumps(args)]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=ROOT, check=False)
-    try:
-        result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"][host]
-    except (ValueError, KeyError, IndexError):
-        raise SystemExit("ansible printed no result for %s %s:\n%s%s" % (host, name, proc.stdout[-3000:],
-                                                                         proc.stderr[-2000:]))
-    if result.get("failed") and not allow_failure:
-        raise SystemExit("%s on %s failed: %s" % (name, host, result.get("msg")))
-    return result
-
-
-def playbook(*names):
-    argv = [os.path.join(BIN, "ansible-playbook")] + [os.path.join(ROOT, "playbooks", n) for n in names]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=dict(ENV, ANSIBLE_STDOUT_CALLBACK="default"),
-                          cwd=ROOT, check=False)
-    if proc.returncode:
-        raise SystemExit("%s failed:\n%s" % (" ".join(names), proc.stdout[-3000:]))
+    return ansible_cli.module(host, name, args, allow_failure)
 
 
 def prepare():
@@ -107,29 +86,15 @@ def prepare():
 def prepare_vm():
     """Boot the VM, build the lab's namespaces in it with the lab role, ship objects compiled here."""
     subprocess.run(["bash", os.path.join(ROOT, "scripts", "vm.sh"), "up"], check=True)
-    play = os.path.join(ROOT, ".build", "vm", "forwarding_lab.yml")
-    with open(play, "w") as f:
-        json.dump([{"name": "The lab inside the VM", "hosts": VM, "gather_facts": False,
-                    "roles": [{"role": "ebpf.xdp.lab", "vars": {"lab_state": "present"}}]}], f)
-    argv = [os.path.join(BIN, "ansible-playbook"), play]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=dict(ENV, ANSIBLE_STDOUT_CALLBACK="default"),
-                          cwd=ROOT, check=False)
-    if proc.returncode:
-        raise SystemExit("the lab role on the VM failed:\n%s" % proc.stdout[-3000:])
-    os.makedirs(OBJECTS, exist_ok=True)
-    subprocess.run([os.path.join(BIN, "ansible"), VM, "-m", "ansible.builtin.file", "-a",
-                    json.dumps(dict(path=OBJECTS, state="directory", mode="0755"))],
-                   capture_output=True, env=ENV, cwd=ROOT, check=True)
+    playbook(ansible_cli.write_play("forwarding_vm_lab.yml", [
+        {"name": "The lab inside the VM", "hosts": VM, "gather_facts": False,
+         "roles": [{"role": "ebpf.xdp.lab", "vars": {"lab_state": "present"}}]}]))
+    ansible_cli.module(VM, "ansible.builtin.file", dict(path=OBJECTS, state="directory", mode="0755"))
     for name in SOURCES:
         local = "%s/%s.o" % (OBJECTS, name)
-        subprocess.run([os.path.join(BIN, "ansible"), "localhost", "-m", "ebpf.xdp.bpf_object", "-a",
-                        json.dumps(dict(src=os.path.join(ROOT, "files", "bpf", name + ".bpf.c"), dest=local))],
-                       capture_output=True, env=ENV, cwd=ROOT, check=True)
-        result = subprocess.run([os.path.join(BIN, "ansible"), VM, "-m", "ansible.builtin.copy", "-a",
-                                 json.dumps(dict(src=local, dest=local, mode="0644"))],
-                                capture_output=True, text=True, env=ENV, cwd=ROOT, check=False)
-        if result.returncode:
-            raise SystemExit("copying %s to the VM failed:\n%s" % (local, result.stdout[-2000:]))
+        ansible_cli.module("localhost", "bpf_object", dict(src=os.path.join(ROOT, "files", "bpf", name + ".bpf.c"),
+                                                           dest=local))
+        ansible_cli.module(VM, "ansible.builtin.copy", dict(src=local, dest=local, mode="0644"))
 
 
 def count_and_pass(interface):

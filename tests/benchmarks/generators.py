@@ -25,7 +25,6 @@ medians and ratios to trafgen are printed.
 """
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -35,12 +34,9 @@ import sys
 import tempfile
 import uuid
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.path.join(ROOT, ".venv", "bin")
-ENV = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
-           ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"),
-           ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-           ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
+from harness import ansible_cli
+from harness.ansible_cli import ROOT
+
 BPF = os.path.join(ROOT, "files", "bpf")
 PIN_BASE = "/sys/fs/bpf/ebpf_xdp_bench"
 TX_MAC, RX_MAC = "02:00:00:00:b1:01", "02:00:00:00:b1:02"
@@ -56,16 +52,7 @@ def sh(*argv):
 
 def module(name, args, allow_failure=False):
     """One module run on this machine, the way a task runs it (Debian's Python, as on a lab host)."""
-    argv = [os.path.join(BIN, "ansible"), "localhost", "-c", "local", "-i", "localhost,",
-            "-e", "ansible_python_interpreter=/usr/bin/python3", "-m", "ebpf.xdp." + name, "-a", json.dumps(args)]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=ROOT, check=False)
-    try:
-        result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
-    except (ValueError, KeyError, IndexError):
-        raise SystemExit("ansible printed no result for %s:\n%s%s" % (name, proc.stdout[-3000:], proc.stderr[-2000:]))
-    if result.get("failed") and not allow_failure:
-        raise SystemExit("%s failed: %s" % (name, result.get("msg")))
-    return result
+    return ansible_cli.module("localhost", name, args, allow_failure, options=ansible_cli.LOCALHOST)
 
 
 class Bench:

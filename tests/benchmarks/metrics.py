@@ -31,12 +31,9 @@ import time
 import urllib.request
 import uuid
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.path.join(ROOT, ".venv", "bin")
-COLLECTIONS = os.path.join(ROOT, ".build", "collections")
+from harness.ansible_cli import BIN, COLLECTIONS, ENV, ROOT
+
 EXPORTER = os.path.join(ROOT, "roles", "xdp_metrics", "files", "ebpf_xdp_exporter.py")
-ENV = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=COLLECTIONS,
-           ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
 SYSTEM_PYTHON = "/usr/bin/python3"
 ATTACH = """
 - name: Attach xdp_drop_count

@@ -40,7 +40,6 @@ import argparse
 import contextlib
 import ctypes
 import fcntl
-import json
 import os
 import socket
 import statistics
@@ -48,12 +47,10 @@ import struct
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.path.join(ROOT, ".venv", "bin")
-COLLECTIONS = os.path.join(ROOT, ".build", "collections")
-ENV = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=COLLECTIONS,
-           ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
-sys.path.insert(0, COLLECTIONS)
+from harness import ansible_cli
+from harness.ansible_cli import ROOT, module, playbook, write_play
+
+ansible_cli.import_module_utils()
 # pylint: disable-next=wrong-import-position
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _facts, _netns  # noqa: E402
 
@@ -71,44 +68,6 @@ KERNEL = {(1, "generic"): "1.6 M", (1, "native"): "0.98 M", (3, "generic"): "600
           (9, "generic"): "125 k", (9, "native"): "100 k"}
 
 SIOCETHTOOL, ETHTOOL_GGRO, ETHTOOL_SGRO = 0x8946, 0x2b, 0x2c
-
-
-def module(host, name, args, allow_failure=False):
-    argv = [os.path.join(BIN, "ansible"), host, "-m", name if "." in name else "ebpf.xdp." + name]
-    if args:  # "{}" would be raw parameters to ansible
-        argv += ["-a", json.dumps(args)]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=ROOT, check=False)
-    try:
-        result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"][host]
-    except (ValueError, KeyError, IndexError):
-        raise SystemExit("ansible printed no result for %s %s:\n%s%s" % (host, name, proc.stdout[-3000:],
-                                                                         proc.stderr[-2000:]))
-    if result.get("failed") and not allow_failure:
-        raise SystemExit("%s on %s failed: %s" % (name, host, result.get("msg")))
-    return result
-
-
-def playbook(path):
-    """Run a playbook; its results (json callback)."""
-    argv = [os.path.join(BIN, "ansible-playbook"), path]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=ROOT, check=False)
-    try:
-        out = json.loads(proc.stdout)
-    except ValueError:
-        raise SystemExit("%s printed no results:\n%s%s" % (path, proc.stdout[-3000:], proc.stderr[-2000:]))
-    if proc.returncode:
-        failed = ["%s on %s: %s" % (task["task"]["name"], host, result.get("msg"))
-                  for play in out["plays"] for task in play["tasks"] for host, result in task["hosts"].items()
-                  if result.get("failed") or result.get("unreachable")]
-        raise SystemExit("%s failed:\n%s" % (path, "\n".join(failed) or proc.stderr[-2000:]))
-    return out
-
-
-def write_play(name, plays):
-    path = os.path.join(ROOT, ".build", name)
-    with open(path, "w") as f:
-        json.dump(plays, f)
-    return path
 
 
 def ip_batch(netns, lines):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _pins, _revisions
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 OWNER = "ebpf.xdp"
@@ -85,7 +85,11 @@ def report(observed: Observed) -> dict:
     record = observed.record
     if record:
         state.update(object=record.get("object"), object_sha256=record.get("object_sha256"),
-                     program=record.get("program_name"), constants=record.get("constants", {}))
+                     program=record.get("program_name"), constants=record.get("constants", {}),
+                     **_revisions.report(record, observed.placement_key))
+        if record.get("backend") == "bcc":
+            state.update(backend="bcc", source=record.get("source"), source_sha256=record.get("source_sha256"),
+                         cflags=record.get("cflags", []), kernel_release=record.get("kernel_release"))
     return state
 
 

@@ -1,0 +1,341 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) ebpf.xdp contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Program revisions of a hook, rollback to the previous one, and the object store that makes it possible.
+
+Private to the ebpf.xdp collection: the interface may change without notice.
+
+A hook's ownership record (see _pins) describes the program attached now
+(its identity: object path and digest, program, constants, map set, the
+hook's placement options) and carries three more fields:
+
+    revision      number of the current revision: 1 for the first program put on the hook, then one more
+                  than any number the hook had for each new program
+    previous      the revision it replaced (identity, number, program name, tag, mode), or absent
+    rolled_back   true when the current revision was put back by `revision: previous`
+
+`revision: previous` puts `previous` back: the converger loads it from the
+object store (its object by digest, so an object file overwritten or deleted
+since does not matter) over the same pinned maps, and swaps it in as for any
+upgrade (bpf_link_update where the link is ours). The revision it replaced
+becomes `previous`, and `rolled_back` is set: a second `revision: previous`
+converges to the rolled-back revision again (nothing to do), so re-running a
+rollback is idempotent. One previous revision is kept; going forward again
+is an ordinary task with the new object (a new revision number).
+
+The object store is a directory (default /var/lib/ebpf_xdp/objects, 0700)
+of objects named by digest (`<sha256>.o`, 0600). Each object has a
+`<sha256>.refs/` directory with one file per record that references it
+(the file holds the record's pin path); an object is removed once no
+record still names it as its current or previous revision. A reference
+whose record is gone (a removed pin root, a reboot that emptied bpffs) is
+dropped when the store is next collected, so the store does not grow
+without bound. Stores are shared by every pin root and namespace on a host.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+from typing import Iterator
+
+from ansible_collections.ebpf.xdp.plugins.module_utils import _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils._compile import sha256_file
+from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
+
+DEFAULT_OBJECT_STORE = "/var/lib/ebpf_xdp/objects"
+CURRENT = "current"
+PREVIOUS = "previous"
+
+# The identity keys of the hooks' placement options (see the adapters' identity()) and the task option each
+# comes from: a rollback puts the revision back with the options it was attached with.
+HOOK_OPTIONS = {"requested_mode": "mode", "requested_method": "method", "requested_priority": "priority",
+                "requested_handle": "handle", "requested_verdict": "verdict"}
+# Task options that name a program; revision: previous takes them from the revision instead.
+PROGRAM_OPTIONS = ("object", "program", "constants", "shared_maps", "checksum")
+# What a kept revision holds beyond its identity.
+KEPT = ("revision", "program_name", "tag", "mode")
+# Identity keys that say nothing about which revision it is: resolved constants follow the interfaces of
+# today (an ifindex), so a revision put back is the same revision with freshly resolved constants.
+NOT_REVISION = ("resolved_constants",)
+
+
+class RevisionError(EbpfXdpError):
+    """A revision that cannot be put back, or options that do not go with revision: previous."""
+
+
+# ---------------------------------------------------------------- the task's options
+
+
+def check_params(params: dict) -> None:
+    """What the argument spec cannot say: state present needs an object unless it puts a revision back."""
+    if params.get("revision", CURRENT) != PREVIOUS:
+        if params["state"] == "present" and not (params.get("object") or params.get("source")):
+            raise RevisionError("state is present but all of the following are missing: object "
+                                "(or revision: previous, to put back the revision kept before the current one)")
+        return
+    if params["state"] != "present":
+        raise RevisionError("revision: previous puts a program back (state: present); it cannot go with state: %s"
+                            % params["state"])
+    given = [name for name in PROGRAM_OPTIONS if params.get(name)]
+    if given:
+        raise RevisionError("revision: previous puts back the revision kept on the hook, with its own object, "
+                            "program, constants and map set; do not give %s with it" % ", ".join(given))
+
+
+def rollback_params(params: dict, record: dict | None, where: str) -> dict:
+    """The task's options for revision: previous: those of the revision to put back (RevisionError if none).
+
+    After a rollback the current revision is the one put back (rolled_back),
+    so the options are the current ones: a re-run has nothing to do.
+    """
+    if params.get("revision", CURRENT) != PREVIOUS:
+        return params
+    if not record:
+        raise RevisionError("%s has no program attached by ebpf.xdp, so there is no previous revision to put back; "
+                            "nothing was changed" % where)
+    target = record if record.get("rolled_back") else record.get("previous")
+    if not target:
+        raise RevisionError("%s has revision %d only: no previous revision is kept (one is kept from the next "
+                            "program put there on); nothing was changed" % (where, number(record)))
+    if not target.get("object_sha256"):
+        raise RevisionError("revision %d of %s was compiled by bcc from %s; only objects (backend libbpf) are "
+                            "kept to be put back; nothing was changed" % (number(target), where, target.get("source")))
+    store = ObjectStore(params.get("object_store") or DEFAULT_OBJECT_STORE)
+    source = store.path(target["object_sha256"])
+    if not os.path.isfile(source):
+        raise RevisionError("the object of revision %d of %s (%s, sha256 %s) is not in the object store %s; "
+                            "nothing was changed" % (number(target), where, target.get("object"),
+                                                     target["object_sha256"], store.directory))
+    out = dict(params, object=target.get("object"), program=target.get("program"),
+               constants=target.get("constants") or {}, shared_maps=target.get("shared_maps"), object_source=source)
+    for key, option in HOOK_OPTIONS.items():
+        if target.get(key) is not None:
+            out[option] = target[key]
+    return out
+
+
+def module_rules(rules: dict) -> dict:
+    """A program module's AnsibleModule rules with revision as one more way to satisfy "state present needs
+    an object": revision: previous names none (check_params then checks the rest)."""
+    required_if = []
+    for rule in rules.get("required_if", []):
+        if rule[:2] == ("state", "present") and "object" in rule[2]:
+            rule = ("state", "present", tuple(rule[2]) + ("revision",), True)
+        required_if.append(rule)
+    return dict(rules, required_if=required_if)
+
+
+# ---------------------------------------------------------------- the record's revision fields
+
+
+def number(record: dict) -> int:
+    """A record's revision number; records written before revisions existed are revision 1."""
+    return record.get("revision") or 1
+
+
+def same_revision(kept: dict, identity: dict) -> bool:
+    return all(kept.get(k) == v for k, v in identity.items() if k not in NOT_REVISION)
+
+
+def kept(record: dict, identity_keys) -> dict:
+    """The current revision of `record` as `previous` keeps it."""
+    out = {k: record.get(k) for k in identity_keys}
+    out.update((k, record.get(k)) for k in KEPT)
+    out["revision"] = number(record)
+    return out
+
+
+def advance(old: dict | None, identity: dict, rollback: bool, new_program: bool = True) -> dict:
+    """The revision fields of the record that replaces `old` with a program of `identity`.
+
+    The same revision again (a re-attach after a drift, a rebuilt object of the
+    same program) keeps its number and its previous; putting `previous` back
+    swaps the two and marks the rollback; anything else is a new revision.
+    """
+    if not old:
+        return {"revision": 1, "previous": None, "rolled_back": False}
+    previous = old.get("previous")
+    if same_revision(old, identity) or (not new_program and not rollback):
+        return {"revision": number(old), "previous": previous, "rolled_back": bool(old.get("rolled_back"))}
+    if rollback and previous and same_revision(previous, identity):
+        return {"revision": number(previous), "previous": kept(old, identity), "rolled_back": True}
+    top = max(number(old), number(previous) if previous else 0)
+    return {"revision": top + 1, "previous": kept(old, identity), "rolled_back": False}
+
+
+def shape(record: dict | None, placement_key: str = "mode") -> dict | None:
+    """A revision as results and facts show it (the current one of a record, or a kept `previous`)."""
+    if not record:
+        return None
+    return {"number": number(record), "object": record.get("object"), "object_sha256": record.get("object_sha256"),
+            "program": record.get("program_name"), "constants": record.get("constants") or {},
+            placement_key: record.get("mode"), "rolled_back": bool(record.get("rolled_back"))}
+
+
+def report(record: dict, placement_key: str = "mode") -> dict:
+    """The `revision` and `previous_revision` of an attachment our record describes."""
+    return {"revision": shape(record, placement_key), "previous_revision": shape(record.get("previous"),
+                                                                                 placement_key)}
+
+
+def preview(old: dict | None, identity: dict, rollback: bool, program_name: str, mode: str | None,
+            placement_key: str = "mode") -> dict:
+    """Check mode: the revisions a run would leave."""
+    record = dict(identity, program_name=program_name, mode=mode, **advance(old, identity, rollback))
+    return report(record, placement_key)
+
+
+def referenced(record: dict | None) -> set[str]:
+    """The object digests a record needs in the store: its current and its previous revision's."""
+    if not record:
+        return set()
+    digests = {record.get("object_sha256"), (record.get("previous") or {}).get("object_sha256")}
+    return {d for d in digests if d}
+
+
+# ---------------------------------------------------------------- the object store
+
+
+class ObjectStore:
+    """Objects by digest, with the records that reference each (see the module docstring)."""
+
+    def __init__(self, directory: str):
+        self.directory = directory
+
+    def path(self, digest: str) -> str:
+        return os.path.join(self.directory, digest + ".o")
+
+    def _refs(self, digest: str) -> str:
+        return os.path.join(self.directory, digest + ".refs")
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        # Many lab hosts (namespaces) of one machine share the store: one change at a time.
+        os.makedirs(self.directory, 0o700, exist_ok=True)
+        with open(os.path.join(self.directory, ".lock"), "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def keep(self, source: str, digest: str, owner: str) -> None:
+        """Have the object `digest` (copied from source unless there) referenced by the record at `owner`."""
+        with self._locked():
+            self._copy(source, digest)
+            self._reference(digest, owner)
+
+    def keep_if_unchanged(self, source: str | None, digest: str | None, owner: str) -> None:
+        """Reference `digest` for `owner`; copy it from source only when source still has that digest (a
+        revision recorded before the store existed)."""
+        if not digest:
+            return
+        with self._locked():
+            if not os.path.isfile(self.path(digest)):
+                if not source or not os.path.isfile(source) or sha256_file(source) != digest:
+                    return
+                self._copy(source, digest)
+            self._reference(digest, owner)
+
+    def _copy(self, source: str, digest: str) -> None:
+        target = self.path(digest)
+        if os.path.isfile(target) and sha256_file(target) == digest:
+            return
+        temporary = "%s.%d.tmp" % (target, os.getpid())
+        try:
+            with open(source, "rb") as src, os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
+                                                              0o600), "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            if sha256_file(temporary) != digest:
+                raise RevisionError("object %s changed while it was copied into the object store %s; run the task "
+                                    "again" % (source, self.directory))
+            os.replace(temporary, target)
+        finally:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
+
+    def _reference(self, digest: str, owner: str) -> None:
+        refs = self._refs(digest)
+        os.makedirs(refs, 0o700, exist_ok=True)
+        with open(os.path.join(refs, _ref_name(owner)), "w") as handle:
+            handle.write(owner)
+
+    def release(self, digests, owner: str) -> None:
+        """The record at `owner` no longer needs `digests`: drop its references and collect the store."""
+        if not os.path.isdir(self.directory):
+            return
+        with self._locked():
+            for digest in digests:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(self._refs(digest), _ref_name(owner)))
+            self._collect(set(digests))
+
+    def _collect(self, touched: set[str]) -> None:
+        """Remove objects no live record references. The touched digests' references are checked against
+        their records; the others' only for records that are gone, which costs a stat each."""
+        for name in os.listdir(self.directory):
+            if not name.endswith(".o"):
+                continue
+            digest = name[:-2]
+            refs = self._refs(digest)
+            owners = os.listdir(refs) if os.path.isdir(refs) else []
+            for ref in owners:
+                ref_path = os.path.join(refs, ref)
+                if not _still_referenced(ref_path, digest, deep=digest in touched):
+                    os.unlink(ref_path)
+            if not os.path.isdir(refs) or not os.listdir(refs):
+                os.unlink(self.path(digest))
+                if os.path.isdir(refs):
+                    os.rmdir(refs)
+
+    def digests(self) -> list[str]:
+        if not os.path.isdir(self.directory):
+            return []
+        return sorted(n[:-2] for n in os.listdir(self.directory) if n.endswith(".o"))
+
+
+def _ref_name(owner: str) -> str:
+    return hashlib.sha256(owner.encode("utf-8")).hexdigest()[:32]
+
+
+def _still_referenced(ref_path: str, digest: str, deep: bool) -> bool:
+    try:
+        with open(ref_path) as handle:
+            owner = handle.read()
+    except OSError:
+        return False
+    if not os.path.exists(owner):
+        return False
+    if not deep:
+        return True
+    try:
+        return digest in referenced(_pins.Record(owner).read())
+    except (EbpfXdpError, OSError):
+        return True  # unreadable now: keep the object rather than lose a revision
+
+
+class Keeper:
+    """The store as the converger uses it for one record: keep what it references, release what it left."""
+
+    def __init__(self, directory: str | None, owner: str | None):
+        self.store = ObjectStore(directory) if directory and owner else None
+        self.owner = owner
+
+    def keep(self, source: str, record: dict) -> None:
+        """Before the swap: the object of the revision being attached, and its previous one's (where it can)."""
+        if not self.store or not record.get("object_sha256"):
+            return  # a bcc source has no object to keep
+        self.store.keep(source, record["object_sha256"], self.owner)
+        previous = record.get("previous") or {}
+        self.store.keep_if_unchanged(previous.get("object"), previous.get("object_sha256"), self.owner)
+
+    def release(self, old: dict | None, new: dict | None) -> None:
+        """After the record is written (or removed): let go of what `old` referenced and `new` does not."""
+        if self.store:
+            self.store.release(referenced(old) - referenced(new), self.owner)

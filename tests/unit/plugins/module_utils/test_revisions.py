@@ -1,0 +1,138 @@
+"""Revision bookkeeping, the rollback options and the object store: pure logic and files, no kernel."""
+
+import os
+
+import pytest
+
+from ansible_collections.ebpf.xdp.plugins.module_utils import _revisions
+from ansible_collections.ebpf.xdp.plugins.module_utils._compile import sha256_file
+from ansible_collections.ebpf.xdp.plugins.module_utils._revisions import (
+    ObjectStore, RevisionError, advance, check_params, module_rules, rollback_params)
+
+
+def identity(digest, **extra):
+    out = {"object": "/o/prog.o", "object_sha256": digest, "program": None, "constants": {}, "resolved_constants": {},
+           "shared_maps": None, "requested_mode": "auto"}
+    out.update(extra)
+    return out
+
+
+def record(digest, **fields):
+    out = dict(identity(digest), program_name="p", tag="t-" + digest, mode="native")
+    out.update(fields)
+    return out
+
+
+def test_first_program_is_revision_one_without_previous():
+    assert advance(None, identity("a"), rollback=False) == {"revision": 1, "previous": None, "rolled_back": False}
+
+
+def test_a_new_program_is_a_new_revision_and_keeps_the_old_one():
+    fields = advance(record("a", revision=1), identity("b"), rollback=False)
+    assert fields["revision"] == 2 and not fields["rolled_back"]
+    assert fields["previous"]["revision"] == 1 and fields["previous"]["object_sha256"] == "a"
+    assert fields["previous"]["tag"] == "t-a" and fields["previous"]["mode"] == "native"
+
+
+def test_the_same_revision_again_keeps_number_and_previous():
+    old = record("b", revision=2, previous=record("a", revision=1))
+    same = identity("b", resolved_constants={"x": 9})  # an ifindex resolved anew is the same revision
+    assert advance(old, same, rollback=False) == {"revision": 2, "previous": old["previous"], "rolled_back": False}
+
+
+def test_rollback_swaps_current_and_previous_and_says_so():
+    old = record("b", revision=2, previous=dict(identity("a"), revision=1))
+    fields = advance(old, identity("a"), rollback=True)
+    assert fields["revision"] == 1 and fields["rolled_back"] and fields["previous"]["object_sha256"] == "b"
+    rolled = dict(record("a"), **fields)
+    again = advance(rolled, identity("a"), rollback=True)
+    assert again == fields, "a second rollback converges to the same revision"
+    forward = advance(rolled, identity("c"), rollback=False)
+    assert forward["revision"] == 3 and forward["previous"]["revision"] == 1 and not forward["rolled_back"]
+
+
+def test_a_rebuilt_object_of_the_same_program_keeps_the_revision():
+    old = record("a", revision=4)
+    assert advance(old, identity("a2"), rollback=False, new_program=False)["revision"] == 4
+
+
+def test_records_from_before_revisions_count_as_revision_one():
+    assert advance(record("a"), identity("b"), rollback=False)["revision"] == 2
+
+
+def test_check_params():
+    base = dict(state="present", object=None, program=None, constants={}, shared_maps=None)
+    with pytest.raises(RevisionError, match="missing: object"):
+        check_params(base)
+    check_params(dict(base, revision="previous"))
+    check_params(dict(base, object="/o"))
+    with pytest.raises(RevisionError, match="do not give object, constants"):
+        check_params(dict(base, revision="previous", object="/o", constants={"a": 1}))
+    with pytest.raises(RevisionError, match="state: absent"):
+        check_params(dict(base, revision="previous", state="absent"))
+
+
+def test_module_rules_let_revision_stand_for_the_object():
+    rules = module_rules(dict(mutually_exclusive=[("object", "source")],
+                              required_if=[("state", "present", ("object", "source"), True)]))
+    assert rules["required_if"] == [("state", "present", ("object", "source", "revision"), True)]
+    assert rules["mutually_exclusive"] == [("object", "source")]
+
+
+def test_rollback_params_take_the_revision_and_its_placement(tmp_path):
+    store = tmp_path / "objects"
+    store.mkdir()
+    (store / "a.o").write_bytes(b"x")
+    kept = dict(identity("a", requested_mode="generic", constants={"k": 1}), revision=1)
+    params = dict(state="present", revision="previous", mode="auto", object_store=str(store))
+    out = rollback_params(params, record("b", revision=2, previous=kept), "eth0")
+    assert out["object"] == "/o/prog.o" and out["object_source"] == str(store / "a.o")
+    assert out["mode"] == "generic" and out["constants"] == {"k": 1}
+    rolled = dict(record("a", revision=1), rolled_back=True, previous=record("b"))
+    assert rollback_params(params, rolled, "eth0")["object_source"] == str(store / "a.o"), "after a rollback: itself"
+    assert rollback_params(dict(params, revision="current"), None, "eth0")["revision"] == "current"
+    with pytest.raises(RevisionError, match="no previous revision is kept"):
+        rollback_params(params, record("b", revision=2), "eth0")
+    with pytest.raises(RevisionError, match="no program attached"):
+        rollback_params(params, None, "eth0")
+    with pytest.raises(RevisionError, match="not in the object store"):
+        rollback_params(params, record("c", previous=dict(identity("z"), revision=1)), "eth0")
+
+
+def test_store_keeps_by_digest_and_collects_what_no_record_references(tmp_path):
+    src = tmp_path / "prog.o"
+    src.write_bytes(b"object one")
+    digest = sha256_file(str(src))
+    store = ObjectStore(str(tmp_path / "objects"))
+    owner = tmp_path / "owner"  # stands for a record pin: it exists
+    owner.write_text("")
+    store.keep(str(src), digest, str(owner))
+    assert store.digests() == [digest] and oct(os.stat(store.path(digest)).st_mode & 0o777) == "0o600"
+    assert oct(os.stat(store.directory).st_mode & 0o777) == "0o700"
+    src.write_bytes(b"overwritten")
+    store.keep_if_unchanged(str(src), "f" * 64, str(owner))  # the file no longer has that digest: nothing
+    assert store.digests() == [digest]
+    # A reference whose record is gone is dropped when the store is next collected.
+    other = tmp_path / "gone"
+    src.write_bytes(b"object two")
+    second = sha256_file(str(src))
+    store.keep(str(src), second, str(other))
+    store.release([digest], str(owner))
+    assert store.digests() == [], "released, and the other's record does not exist"
+
+
+def test_store_refuses_a_copy_that_changed(tmp_path):
+    src = tmp_path / "prog.o"
+    src.write_bytes(b"bytes")
+    with pytest.raises(RevisionError, match="changed while it was copied"):
+        ObjectStore(str(tmp_path / "objects")).keep(str(src), "0" * 64, str(tmp_path / "owner"))
+    assert os.listdir(tmp_path / "objects") == [".lock"]
+
+
+def test_shapes():
+    rec = record("a", revision=3, previous=dict(identity("b"), revision=2, program_name="p", mode="generic"))
+    shown = _revisions.report(rec, "method")
+    assert shown["revision"] == {"number": 3, "object": "/o/prog.o", "object_sha256": "a", "program": "p",
+                                 "constants": {}, "method": "native", "rolled_back": False}
+    assert shown["previous_revision"]["number"] == 2 and shown["previous_revision"]["method"] == "generic"
+    assert _revisions.report(record("a"))["previous_revision"] is None

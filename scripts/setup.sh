@@ -12,6 +12,9 @@ APT_PACKAGES=(
 	python3-venv netbase rsync git make iputils-ping util-linux
 	netsniff-ng # trafgen, the reference in tests/benchmarks/generators.py
 	python3-prometheus-client prometheus # ebpf.xdp.xdp_metrics and its tests (promtool, a real scrape)
+	# backend: bcc (tests/integration/test_bcc_backend.py): bcc's Python binding, and headers to compile
+	# against; this kernel has no headers package, so the tests point kernel_headers at Debian's cloud flavour.
+	python3-bpfcc linux-headers-cloud-amd64
 )
 
 ensure_apt_packages setup "${APT_PACKAGES[@]}"

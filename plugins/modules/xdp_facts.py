@@ -124,6 +124,9 @@ ansible_facts:
               C(proto_count) maps), C(rates) and C(protocol_rates) (with O(rate_interval)), and for
               programs attached by this collection C(object), C(object_sha256), C(program) and
               C(constants); C(attach) (V(link) or V(netlink)) and C(link_id) say how it is held.
+              Programs loaded with C(backend=bcc) (see M(ebpf.xdp.xdp_program)) add C(backend) (V(bcc)),
+              C(source), C(source_sha256), C(cflags) and C(kernel_release); their maps are bcc's tables by
+              their names.
             - C(tc) has C(ingress) and C(egress), each the list of programs on that tc hook in the
               order they run (tcx programs, then clsact filters), with the same keys as C(xdp) but
               C(method) (V(tcx), V(cls_bpf) or V(act_bpf)) instead of C(mode), and C(direction), and

@@ -1,0 +1,41 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * xdp_verdict_count: count every frame per IP protocol and per verdict, and
+ * return the verdict set in `xdp_action` before load (XDP_PASS by default).
+ *
+ * A program whose health can be read from its own counters: `verdict_count`
+ * holds how many frames got each XDP action (key: XDP_ABORTED 0, XDP_DROP 1,
+ * XDP_PASS 2, XDP_TX 3, XDP_REDIRECT 4), so a rollout gate can compute the
+ * share of dropped frames. `release` is not used by the code; a deploy sets
+ * it to tell two releases of the same program apart (in the lab, the
+ * rollouts' "new version"), and `xdp_action: 1` makes the faulty release
+ * that drops what it should pass.
+ */
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "proto_count.h"
+
+const volatile __u32 xdp_action = XDP_PASS;
+const volatile __u32 release = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(max_entries, 5);
+} verdict_count SEC(".maps");
+
+SEC("xdp")
+int xdp_verdict_count(struct xdp_md *ctx)
+{
+	__u32 key = xdp_action;
+	__u64 *count;
+
+	count_ip_proto((void *)(long)ctx->data, (void *)(long)ctx->data_end);
+	count = bpf_map_lookup_elem(&verdict_count, &key);
+	if (count)
+		*count += 1;
+	return xdp_action;
+}
+
+char _license[] SEC("license") = "GPL";

@@ -12,7 +12,7 @@ short_description: What a host already has of the collection's toolchain, in one
 version_added: 0.1.0
 description:
   - Sets C(ansible_facts.ebpf_xdp_toolchain) to what the role P(ebpf.xdp.toolchain#role) would otherwise
-    find out task by task: the installed version of each package asked for (dpkg), whether bpffs is mounted,
+    find out task by task, namely the installed version of each package asked for (dpkg), whether bpffs is mounted,
     whether the kernel has the bpf() syscall and BTF, the kernel release, and the user and effective
     capabilities of the module's process.
   - It only reads, so it runs in check mode too. The role uses it to skip its install steps on a host that

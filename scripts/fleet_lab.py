@@ -72,6 +72,9 @@ HOST_GROUP_VARS = {
         "constants": {"release": "{{ fleet_release | int }}",
                       "xdp_action": "{{ 1 if fleet_fault | bool else 2 }}"},
     }],
+    # Each host compiles its own objects, as a real host does (the namespaces share this filesystem).
+    "xdp_deploy_src_dir": "/var/lib/ebpf_xdp/lab/{{ inventory_hostname }}/src",
+    "xdp_deploy_object_dir": "/var/lib/ebpf_xdp/lab/{{ inventory_hostname }}/objects",
     "fleet_release": 1,
     "fleet_fault_hosts": [],
     "fleet_fault": "{{ inventory_hostname in fleet_fault_hosts }}",

@@ -1,0 +1,148 @@
+"""The rollout of deploy_xdp.yml on a generated lab of five receivers (scripts/fleet_lab.py), with real traffic.
+
+Batches 1, 10% (1), then the other 3; every receiver runs xdp_verdict_count on eth0, whose `release`
+constant is the version rolled out, and a faulty host gets xdp_action 1: it drops every frame, and the
+gate's share-of-dropped-frames rule catches it. A broadcast ping from the lab's sender feeds every
+receiver 200 frames/s all along.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+
+import pytest
+
+from conftest import ROOT
+
+BIN = os.path.join(ROOT, ".venv", "bin")
+FLEET = os.path.join(ROOT, "scripts", "fleet_lab.py")
+ENV = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+           ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+           ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"))
+RECEIVERS = 5
+
+
+def ansible_playbook(inventory, name, *extra, check=False):
+    argv = [os.path.join(BIN, "ansible-playbook"), "-i", inventory, os.path.join(ROOT, "playbooks", name)]
+    for value in extra:
+        argv += ["-e", json.dumps(value)]
+    if check:
+        argv.append("--check")
+    proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=ROOT, check=False)
+    try:
+        # pause prints "Pausing for N seconds" before the json callback's document.
+        out = json.loads(proc.stdout[proc.stdout.find("{\n"):])
+    except ValueError:
+        pytest.fail(proc.stdout[-3000:] + proc.stderr[-3000:])
+    return proc.returncode, out
+
+
+def summary(out):
+    for play in out["plays"]:
+        for task in play["tasks"]:
+            if task["task"]["name"].endswith("Sum up the rollout"):
+                return task["hosts"]["localhost"]["ansible_facts"]["xdp_rollout_summary"]
+    raise AssertionError("no summary")
+
+
+def changed(out):
+    return {host: stats["changed"] for host, stats in out["stats"].items() if host != "localhost"}
+
+
+def xdp_of(inventory, hosts):
+    """Each host's eth0 XDP facts."""
+    argv = [os.path.join(BIN, "ansible"), "-i", inventory, ",".join(hosts), "-m", "ebpf.xdp.xdp_facts",
+            "-a", json.dumps({"interfaces": ["eth0"]})]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=ROOT, check=True)
+    found = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]
+    return {host: found[host]["ansible_facts"]["xdp"]["interfaces"]["eth0"]["xdp"] for host in hosts}
+
+
+def releases(inventory, hosts):
+    return {host: (prog or {}).get("constants", {}).get("release") for host, prog in xdp_of(inventory, hosts).items()}
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    prefix = "ro" + uuid.uuid4().hex[:4]
+    directory = tempfile.mkdtemp(prefix="fleet-")
+    hosts = ["%s%03d" % (prefix, i) for i in range(1, RECEIVERS + 1)]
+    subprocess.run(["python3", FLEET, "inventory", directory, "-n", str(RECEIVERS), "--prefix", prefix], check=True)
+    try:
+        rc, out = ansible_playbook(directory, "lab_up.yml")
+        assert rc == 0, out["stats"]
+        subprocess.run(["python3", FLEET, "traffic", directory, "start"], check=True)
+        yield directory, hosts
+    finally:
+        subprocess.run(["python3", FLEET, "traffic", directory, "stop"], check=False)
+        ansible_playbook(directory, "lab_down.yml")
+        for host in hosts:
+            shutil.rmtree("/var/lib/ebpf_xdp/lab/" + host, ignore_errors=True)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_healthy_rollout_reaches_every_host_then_changes_nothing(fleet):
+    inventory, hosts = fleet
+    rc, out = ansible_playbook(inventory, "deploy_xdp.yml", check=True)
+    assert rc == 0
+    plan = summary(out)
+    assert plan["check_mode"] and plan["batches"] == [hosts[:1], hosts[1:2], hosts[2:]]
+    assert set(plan["would_change"]) == set(hosts)
+    assert set(releases(inventory, hosts).values()) == {None}, "check mode attached"
+
+    rc, out = ansible_playbook(inventory, "deploy_xdp.yml")
+    assert rc == 0, summary(out)
+    assert sorted(summary(out)["updated"]) == hosts and not summary(out)["rolled_back"]
+    assert releases(inventory, hosts) == dict.fromkeys(hosts, 1)
+
+    for check in (True, False):
+        rc, out = ansible_playbook(inventory, "deploy_xdp.yml", check=check)
+        assert rc == 0 and set(changed(out).values()) == {0}, changed(out)
+        assert sorted(summary(out)["unchanged"]) == hosts
+
+
+def test_fault_on_the_canary_rolls_back_the_canary_only(fleet):
+    inventory, hosts = fleet
+    # Check mode with the fault: the plan, nothing changed, no gate, no rollback.
+    rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": 2, "fleet_fault_hosts": hosts[:1]},
+                               check=True)
+    assert rc == 0 and set(summary(out)["would_change"]) == set(hosts)
+    before = xdp_of(inventory, hosts[:1])[hosts[0]]
+    rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": 2, "fleet_fault_hosts": hosts[:1]})
+    result = summary(out)
+    assert rc != 0
+    assert result["stopped_at_batch"] == 1 and result["rolled_back"] == hosts[:1]
+    assert sorted(result["untouched"]) == hosts[1:] and not result["updated"]
+    assert "share of dropped frames" in " ".join(result["problems"][hosts[0]])
+    assert changed(out)[hosts[0]] > 0 and all(changed(out)[h] == 0 for h in hosts[1:])
+    assert releases(inventory, hosts) == dict.fromkeys(hosts, 1)
+    # The rolled-back canary: the same maps, its counters went on from where they were.
+    after = xdp_of(inventory, hosts[:1])[hosts[0]]
+    assert after["constants"]["xdp_action"] == 2
+    assert sum(after["counters"]["verdict_count"].values()) > sum(before["counters"]["verdict_count"].values())
+    assert after["counters"]["verdict_count"].get("1", 0) > 0, "the drops of the faulty release were counted"
+
+
+def test_fault_on_a_later_batch_rolls_back_that_batch(fleet):
+    inventory, hosts = fleet
+    rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": 2, "fleet_fault_hosts": hosts[1:2]})
+    result = summary(out)
+    assert rc != 0
+    assert result["stopped_at_batch"] == 2
+    assert result["updated"] == hosts[:1] and result["rolled_back"] == hosts[1:2]
+    assert sorted(result["untouched"]) == hosts[2:]
+    assert releases(inventory, hosts) == dict(dict.fromkeys(hosts, 1), **{hosts[0]: 2})
+
+
+def test_fault_with_rollback_scope_all_rolls_back_every_host_that_got_it(fleet):
+    inventory, hosts = fleet
+    rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": 3, "fleet_fault_hosts": hosts[1:2],
+                                                             "xdp_rollout_rollback_scope": "all"})
+    result = summary(out)
+    assert rc != 0 and result["stopped_at_batch"] == 2
+    assert sorted(result["rolled_back"]) == hosts[:2] and not result["updated"]
+    # Back to what each had before this rollout: the first host release 2, the second release 1.
+    assert releases(inventory, hosts) == dict(dict.fromkeys(hosts, 1), **{hosts[0]: 2})

@@ -1,0 +1,112 @@
+"""The pure logic of a rollout: its batches (as ansible-playbook cuts them) and its health gate."""
+
+import pytest
+
+from ansible.errors import AnsibleFilterError
+from ansible.playbook.play import Play
+from ansible.executor.playbook_executor import PlaybookExecutor
+
+from ansible_collections.ebpf.xdp.plugins.filter.rollout import (
+    rollout_attached, rollout_batches, rollout_changes, rollout_health)
+
+HOSTS = ["h%d" % i for i in range(1, 101)]
+
+
+class _Inventory:
+    def __init__(self, hosts):
+        self.hosts = hosts
+
+    def get_hosts(self, pattern, order=None):  # pylint: disable=unused-argument
+        return list(self.hosts)
+
+
+@pytest.mark.parametrize("serial", [[1, "10%", "100%"], ["100%"], [2], [1, 3], ["30%", "50%"], ["1%"], [0]])
+@pytest.mark.parametrize("count", [1, 5, 11, 100])
+def test_batches_are_those_of_ansible_playbook(serial, count):
+    hosts = HOSTS[:count]
+    play = Play.load({"hosts": "all", "serial": serial, "tasks": []})
+    executor = PlaybookExecutor.__new__(PlaybookExecutor)
+    executor._inventory = _Inventory(hosts)  # pylint: disable=protected-access
+    assert rollout_batches(hosts, serial) == executor._get_serialized_batches(play)  # pylint: disable=protected-access
+
+
+def test_batches_of_the_default_rollout():
+    assert [len(b) for b in rollout_batches(HOSTS, [1, "10%", "100%"])] == [1, 10, 89]
+    assert rollout_batches(["a", "b", "c"], "100%") == [["a", "b", "c"]]
+    with pytest.raises(AnsibleFilterError, match="neither a number"):
+        rollout_batches(["a"], ["ten"])
+
+
+FACTS = {"interfaces": {"eth0": {
+    "stats": {"rx_packets": 1000},
+    "rates": {"stats": {"rx_packets": 200.0, "rx_bytes": 20000.0}},
+    "xdp": {"id": 42, "name": "xdp_verdict_count", "tag": "ab",
+            "counters": {"verdict_count": {"2": 5000}},
+            "rates": {"verdict_count": {"2": 190.0, "1": 10.0}}},
+    "tc": {"ingress": [{"id": 7, "name": "redirect_xmit"}], "egress": []}}}}
+DROP_SHARE = {"name": "drops", "interface": "eth0", "metric": "xdp.rates.verdict_count.1",
+              "per": "xdp.rates.verdict_count", "max": 0.01}
+
+
+def test_health_rules():
+    assert rollout_health(FACTS, [{"interface": "eth0", "metric": "xdp.rates.verdict_count", "min": 100}]) == []
+    problems = rollout_health(FACTS, [DROP_SHARE])
+    assert problems == ["drops (eth0 xdp.rates.verdict_count.1): 0.05 > max 0.01"]
+    # A counter that facts left out (zero) counts 0; a ratio over nothing is 0.
+    assert rollout_health(FACTS, [{"interface": "eth0", "metric": "xdp.rates.verdict_count.3", "max": 0}]) == []
+    assert rollout_health(FACTS, [{"interface": "eth0", "metric": "xdp.rates.verdict_count.3",
+                                   "per": "xdp.rates.verdict_count.4", "max": 0}]) == []
+
+
+def test_health_against_before():
+    before = {"interfaces": {"eth0": {"rates": {"stats": {"rx_packets": 1000.0}}}}}
+    rule = {"interface": "eth0", "metric": "rates.stats.rx_packets", "min_vs_before": 0.5, "max_vs_before": 2}
+    assert rollout_health(FACTS, [rule], before)[0].endswith("0.20 of 1000 before the change, < min_vs_before 0.5")
+    assert rollout_health(FACTS, [rule], {"interfaces": {"eth0": {"rates": {"stats": {"rx_packets": 150.0}}}}}) == []
+    # Nothing before (no traffic, no interface): nothing to compare with.
+    assert rollout_health(FACTS, [rule], {}) == []
+
+
+def test_health_unreadable_and_wrong_rules():
+    assert rollout_health(FACTS, [{"interface": "eth9", "metric": "stats.rx_packets", "min": 1}]) == [
+        "stats.rx_packets (eth9 stats.rx_packets): interface eth9 is not in the facts"]
+    no_rates = {"interfaces": {"eth0": {"stats": {}, "xdp": {"counters": {}}}}}
+    assert "not found" in rollout_health(no_rates, [{"interface": "eth0", "metric": "rates.stats.rx_packets", "min": 1}])[0]
+    no_prog = {"interfaces": {"eth0": {"xdp": None}}}
+    assert "has no" in rollout_health(no_prog, [{"interface": "eth0", "metric": "xdp.rates.x", "max": 1}])[0]
+    with pytest.raises(AnsibleFilterError, match="unknown keys maximum"):
+        rollout_health(FACTS, [{"interface": "eth0", "metric": "stats.rx_packets", "maximum": 1}])
+    with pytest.raises(AnsibleFilterError, match="needs interface and metric"):
+        rollout_health(FACTS, [{"metric": "stats.rx_packets"}])
+
+
+def test_expected_programs():
+    expected = [{"hook": "xdp", "interface": "eth0", "id": 42, "tag": "ab", "name": "xdp_verdict_count"},
+                {"hook": "tc", "interface": "eth0", "direction": "ingress", "id": 7}]
+    assert rollout_health(FACTS, [], expected=expected) == []
+    problems = rollout_health(FACTS, [], expected=[dict(expected[0], id=43), dict(expected[1], direction="egress")])
+    assert problems == ["eth0 XDP: program id 43 (xdp_verdict_count, tag ab) expected, found id 42 (xdp_verdict_count)",
+                        "eth0 egress: program id 7 (None, tag None) expected, found no program"]
+
+
+def test_changes_and_attached_from_results():
+    xdp = {"results": [
+        {"item": {"interface": "eth0", "object": "o"}, "changed": True, "attached": True, "id": 1, "tag": "t",
+         "name": "p", "previous_revision": {"number": 1}, "revision": {"number": 2}},
+        {"item": {"interface": "eth1", "netns": "blue"}, "changed": True, "attached": True, "id": 2,
+         "previous_revision": None},
+        {"item": {"interface": "eth2"}, "changed": False, "attached": True, "id": 3},
+        {"item": {"interface": "eth3", "state": "absent"}, "changed": True, "attached": False},
+        {"item": {"interface": "eth4"}, "changed": False, "failed": True, "msg": "no"},
+    ]}
+    tc = {"results": [{"item": {"interface": "eth0", "direction": "egress", "priority": 5}, "changed": True,
+                       "attached": True, "id": 9, "direction": "egress", "previous_revision": {"number": 3}}]}
+    assert rollout_changes(xdp, tc) == [
+        {"hook": "xdp", "interface": "eth0", "previous": True},
+        {"hook": "xdp", "interface": "eth1", "netns": "blue", "previous": False},
+        {"hook": "tc", "interface": "eth0", "direction": "egress", "priority": 5, "previous": True}]
+    attached = rollout_attached(xdp, tc)
+    assert [(a["hook"], a["interface"], a["id"]) for a in attached] == [
+        ("xdp", "eth0", 1), ("xdp", "eth1", 2), ("xdp", "eth2", 3), ("tc", "eth0", 9)]
+    assert attached[0]["revision"] == 2 and attached[3]["direction"] == "egress"
+    assert rollout_changes({}, None) == [] and rollout_attached({"results": []}) == []

@@ -3,7 +3,7 @@
 
     .venv/bin/python tests/benchmarks/bcc_load.py [--rounds 5] [--headers DIR] | --smoke
 
-The program is xdp_drop_count in both dialects: files/bcc/xdp_drop_count.c
+The program is xdp_drop_count in both dialects: files/bpf/bcc/xdp_drop_count.c
 (bcc, compiled on every load) and files/bpf/xdp_drop_count.bpf.c (compiled
 once by ebpf.xdp.bpf_object; later tasks find it in the object cache). Each
 round makes both modules really load: the action flips between XDP_DROP and
@@ -34,7 +34,7 @@ import uuid
 from harness.ansible_cli import LOCALHOST, ROOT, import_module_utils, module
 
 SYSTEM_PYTHON = "/usr/bin/python3"
-BCC_SOURCE = os.path.join(ROOT, "files", "bcc", "xdp_drop_count.c")
+BCC_SOURCE = os.path.join(ROOT, "files", "bpf", "bcc", "xdp_drop_count.c")
 BPF_SOURCE = os.path.join(ROOT, "files", "bpf", "xdp_drop_count.bpf.c")
 INCLUDE = os.path.join(ROOT, "files", "bpf", "include")
 # Loading in one process, under the Python that has bcc; prints two durations in seconds.

@@ -7,14 +7,16 @@ host in the same situation would.
 """
 
 import glob
+import json
 import os
 import shutil
+import subprocess
 
 import pytest
 
-from conftest import BPF_DIR, SYSTEM_PYTHON, VENV_PYTHON, ModuleRunner, assert_rhythm, sh
+from conftest import BPF_DIR, ROOT, SYSTEM_PYTHON, VENV_PYTHON, ModuleRunner, assert_rhythm, sh
 
-BCC_SOURCE = os.path.join(os.path.dirname(BPF_DIR), "bcc", "xdp_drop_count.c")
+BCC_SOURCE = os.path.join(BPF_DIR, "bcc", "xdp_drop_count.c")
 HEADERS = sorted(glob.glob("/usr/src/linux-headers-*-cloud-amd64") + glob.glob("/usr/src/linux-headers-*-amd64"))
 
 TC_COUNT = r"""
@@ -237,3 +239,42 @@ def test_bad_options(run_distro, pair, src, pin_root, attached, extra, words):
     res = run_distro("xdp_program", args)
     assert res["failed"] and not res["changed"] and words in res["msg"], res
     unchanged(run_distro, pair, pin_root, attached, before_pins)
+
+
+# ---------------------------------------------------------------- from inventory, through ebpf.xdp.xdp_deploy
+
+
+def deploy(tmp_path, pair, pin_root, check=False):
+    """ebpf.xdp.xdp_deploy on this machine with the bcc example declared for the receiver's eth0."""
+    play = [{"hosts": "localhost", "gather_facts": False, "roles": [{"role": "ebpf.xdp.xdp_deploy"}], "vars": {
+        "xdp_deploy_src_dir": str(tmp_path / "src"), "xdp_deploy_object_dir": str(tmp_path / "objects"),
+        "xdp_deploy_pin_root": pin_root, "xdp_deploy_objects": [], "xdp_deploy_kernel_headers": HEADERS[0],
+        "xdp_deploy_programs": [{"interface": "eth0", "netns": pair.rx, "backend": "bcc", "mode": "native",
+                                 "source": "bcc/xdp_drop_count.c", "cflags": ["-DXDP_ACTION=2"]}]}}]
+    path = tmp_path / "deploy.yml"
+    path.write_text(json.dumps(play))
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+               ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"),
+               ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
+    argv = [os.path.join(os.path.dirname(VENV_PYTHON), "ansible-playbook"), "-c", "local", "-i", "localhost,",
+            "-e", "ansible_python_interpreter=%s" % SYSTEM_PYTHON, str(path)] + (["--check"] if check else [])
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd="/tmp", check=False)
+    out = json.loads(proc.stdout)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    for play_out in out["plays"]:
+        for task in play_out["tasks"]:
+            if task["task"]["name"].endswith("Attach the XDP programs"):
+                return task["hosts"]["localhost"]
+    raise AssertionError("no attach task ran:\n%s" % proc.stdout[-3000:])
+
+
+def test_deployed_from_inventory_by_xdp_deploy(run_distro, pair, pin_root, tmp_path):
+    static_neighbour(pair)
+    changes = [deploy(tmp_path, pair, pin_root, check=check)["changed"] for check in (True, False, True, False)]
+    assert changes == [True, True, False, False], changes
+    pair.burst(run_distro, count=8, protocols=("udp",))
+    prog = xdp_facts(run_distro, pair)
+    assert prog["owner"] == "ebpf.xdp" and prog["backend"] == "bcc" and prog["cflags"] == ["-DXDP_ACTION=2"]
+    assert prog["source"] == str(tmp_path / "src" / "bcc" / "xdp_drop_count.c") and prog["protocols"] == {"udp": 8}
+    assert pair.ip_in_receives() == 8, "XDP_ACTION=2 passes"

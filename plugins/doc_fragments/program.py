@@ -13,7 +13,7 @@ options:
   object:
     description:
       - Path of the compiled BPF object on the managed host (see M(ebpf.xdp.bpf_object)).
-        Required when O(state=present).
+        Required when O(state=present), unless O(backend=bcc) (which takes O(source) instead).
     type: path
   program:
     description:
@@ -60,4 +60,85 @@ options:
       - The maps of programs sharing a set must have the same layout (libbpf refuses an incompatible pin).
       - Without it, each attachment has maps of its own.
     type: str
+  checksum:
+    description:
+      - "The digest O(object) must have, as C(sha256:<64 hex digits>) (the notation of
+        M(ansible.builtin.get_url)); M(ebpf.xdp.bpf_object) returns it as RV(ebpf.xdp.bpf_object#module:checksum)."
+      - An object with another digest is refused before anything of it is loaded into the kernel, in check
+        mode too, and the message gives the expected and the actual digest.
+      - Only sha256 is accepted.
+      - With O(backend=bcc), the digest of O(source).
+    type: str
+  backend:
+    description:
+      - What turns the program into kernel instructions.
+      - V(libbpf) loads a compiled BPF object (O(object), see M(ebpf.xdp.bpf_object)); compile once, load on
+        many kernels (CO-RE), no kernel headers on the host.
+      - "V(bcc) compiles a bcc-dialect C source (O(source), with C(BPF_ARRAY), C(BPF_TABLE), C(map.increment()), ...)
+        with bcc on the managed host at load time, against kernel headers (see O(kernel_headers)), and loads it;
+        the program then goes through the same attach, ownership record, atomic upgrade and facts as any other.
+        Needs bcc's Python binding (Debian C(python3-bpfcc)); a module running under a Python without it
+        re-runs itself under the system Python that has it."
+      - "With V(bcc), the program's identity is the source's SHA-256, O(cflags), O(kernel_headers) and the
+        running kernel's release: an unchanged source on an unchanged kernel is no change; a host booted into
+        another kernel compiles and reloads on the next run."
+      - "With V(bcc), the tables are pinned by their bcc names in the attachment's C(maps/) directory. bcc
+        creates new tables on every load, so an upgrade copies each table's contents (same name, type and
+        sizes; hash and array tables) into the new program's just before the swap: counters survive, except
+        what the old program counts between the copy and the swap (microseconds). A table declared with
+        bcc's C(BPF_TABLE_PINNED) at a path of its own is reused by bcc itself and keeps everything."
+      - O(constants) and O(shared_maps) are not available with V(bcc); give settings as O(cflags) (C(-DNAME=value)).
+    type: str
+    choices: [libbpf, bcc]
+    default: libbpf
+  source:
+    description:
+      - Path of the bcc-dialect C source on the managed host, with O(backend=bcc) (instead of O(object)).
+        Required then when O(state=present).
+    type: path
+  cflags:
+    description:
+      - Extra compiler flags for bcc (O(backend=bcc)), for example C(-DXDP_ACTION=2). Part of the identity.
+    type: list
+    elements: str
+    default: []
+  kernel_headers:
+    description:
+      - "With O(backend=bcc): a kernel headers tree to compile against (bcc's C(BCC_KERNEL_SOURCE)) where the
+        running kernel has no headers package, for example Debian's C(/usr/src/linux-headers-6.1.0-NN-cloud-amd64).
+        A Debian build directory (whose Makefile includes the C(-common) tree) is taken with its common tree."
+      - When omitted, bcc looks for C(/lib/modules/<release>/build) (the headers package of the running kernel)
+        or the kernel's C(/sys/kernel/kheaders.tar.xz); without either the task fails, naming both ways out.
+      - Headers of another kernel version are fine for XDP and tc programs (their context structures are UAPI);
+        they would not be for kprobes.
+    type: path
+  revision:
+    description:
+      - V(current) (the default when omitted) attaches the program the task names, as it always did. Each new
+        program put on the hook is a new revision (numbered 1, 2, 3, ...); the one it replaced is kept as the
+        hook's previous revision (object by digest, program, constants, map set, mode or method).
+      - V(previous) puts the previous revision back in one step, atomically (a C(bpf_link_update) on the
+        collection's link, a filter replaced in place), over the same pinned maps, so counters and tables
+        continue. Its object is read from O(object_store), so it works even when the file at the old path
+        has been overwritten or deleted since. The revision it replaced becomes the previous one.
+      - With V(previous), O(object), O(program), O(constants), O(shared_maps) and O(checksum) must not be given
+        (the revision brings its own), and the revision's own mode or method, priority, handle and verdict
+        are used, whatever the task says (give O(interface), O(netns), O(pin_root) and, for tc, O(direction)).
+      - Rolling back is idempotent, it does not toggle; after a rollback, V(previous) again is no change (the
+        revision put back is marked RV(revision.rolled_back)). To go forward again, run the task with the new
+        object; that is a new revision, and the rolled-back one becomes the previous.
+      - With V(previous) and no previous revision (or no program of the collection) on the hook, or its object
+        missing from O(object_store), the task fails and nothing is changed. Only objects are kept; a program
+        compiled by bcc (O(backend=bcc)) cannot be put back this way.
+    type: str
+    choices: [current, previous]
+  object_store:
+    description:
+      - Directory on the managed host where the object of every attached revision is kept by its SHA-256
+        (C(<sha256>.o), mode 0600, the directory 0700), for O(revision=previous).
+      - An object is removed once no ownership record on the host names it as its current or previous
+        revision (a record whose pins are gone, after a reboot or a removed O(pin_root), stops counting when
+        the store is next changed). Every pin root and network namespace of a host may share one store.
+    type: path
+    default: /var/lib/ebpf_xdp/revisions
 """

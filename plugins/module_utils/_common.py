@@ -37,6 +37,14 @@ PROGRAM_ARGS = dict(
     force=dict(type="bool", default=False),
     keep_maps=dict(type="bool", default=False),
     shared_maps=dict(type="str"),
+    checksum=dict(type="str"),
+    # No default: required_if counts a defaulted option as given (see _revisions.check_params); current it is.
+    revision=dict(type="str", choices=["current", "previous"]),
+    object_store=dict(type="path", default="/var/lib/ebpf_xdp/revisions"),
+    backend=dict(type="str", choices=["libbpf", "bcc"], default="libbpf"),
+    source=dict(type="path"),
+    cflags=dict(type="list", elements="str", default=[]),
+    kernel_headers=dict(type="path"),
 )
 
 # Documented by doc fragment ebpf.xdp.pin_root.

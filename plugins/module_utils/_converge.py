@@ -36,9 +36,12 @@ import contextlib
 import dataclasses
 import os
 import shutil
+import signal
+import time
 from typing import Callable
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _common, _hooks, _loader, _netns, _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils import (
+    _bcc, _bpf, _common, _hooks, _loader, _netns, _pins, _revisions)
 from ansible_collections.ebpf.xdp.plugins.module_utils._compile import sha256_file
 from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import (
     HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed, Placement)
@@ -55,6 +58,22 @@ ATTACH = "attach"
 UPDATE_LINK = "update link"
 REPLACE = "replace in place"
 REATTACH = "detach, attach, restore on failure"
+
+# Test-only: the kill points of a run (see fault_point), named in this environment variable.
+FAULT_POINT_ENV = "EBPF_XDP_FAULT_POINT"
+
+
+def fault_point(name: str) -> None:
+    """Test-only: die here (SIGKILL, no cleanup) when EBPF_XDP_FAULT_POINT names this point.
+
+    A crash at each step of an attach or an upgrade must leave state the next
+    run converges (tests/integration/test_faults.py). Killing from outside
+    at the right microsecond is not reproducible, so the steps name themselves;
+    an unset variable costs one dictionary lookup.
+    """
+    if os.environ.get(FAULT_POINT_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
 
 # The largest placement a record can get, to check its size before the swap.
 WIDEST_PLACEMENT = {"attach": "x" * 16, "mode": "x" * 16, "link_id": 2 ** 32, "direction": "x" * 16,
@@ -73,14 +92,54 @@ class Desired:
     keep_maps: bool = False
     # The map set (see _pins) the program's maps are pinned in, instead of the attachment's own maps/.
     shared_maps: str | None = None
+    # sha256:<hex> the object must have (the task's checksum); checked before anything is loaded.
+    checksum: str | None = None
+    # backend bcc: a bcc-dialect source compiled at load time (see _bcc) in place of the object.
+    backend: str = "libbpf"
+    source: str | None = None
+    cflags: list = dataclasses.field(default_factory=list)
+    kernel_headers: str | None = None
+    # revision: previous puts back the revision kept before the current one (see _revisions): object,
+    # program, constants and shared_maps are then that revision's, and object_source is its copy in the
+    # object store, read instead of the object (the file at its path may have changed since).
+    revision: str = "current"
+    object_store: str | None = None
+    object_source: str | None = None
 
     @classmethod
     def from_params(cls, params: dict) -> Desired:
         return cls(state=params["state"], object=params.get("object"), program=params.get("program"),
                    constants=params.get("constants") or {}, force=params.get("force", False),
-                   keep_maps=params.get("keep_maps", False), shared_maps=params.get("shared_maps"))
+                   keep_maps=params.get("keep_maps", False), shared_maps=params.get("shared_maps"),
+                   checksum=params.get("checksum"), backend=params.get("backend") or "libbpf",
+                   source=params.get("source"), cflags=params.get("cflags") or [],
+                   kernel_headers=params.get("kernel_headers"), revision=params.get("revision") or _revisions.CURRENT,
+                   object_store=params.get("object_store"), object_source=params.get("object_source"))
+
+    @property
+    def rollback(self) -> bool:
+        return self.revision == _revisions.PREVIOUS
+
+    @property
+    def path(self) -> str | None:
+        """The file the program comes from: the object, or the bcc source."""
+        return self.source if self.backend == "bcc" else (self.object_source or self.object)
+
+    def require_file(self) -> None:
+        (_bcc.require_source if self.backend == "bcc" else _loader.require_object)(self.path)
+
+    def loader(self) -> Callable:
+        """What loads the program: libbpf from the object, or bcc from the source (same signature)."""
+        return _bcc.Loader(self.cflags, self.kernel_headers) if self.backend == "bcc" else _loader.load
 
     def identity(self, object_sha256: str, resolved_constants: dict) -> dict:
+        if self.backend == "bcc":
+            # bcc compiles against the running kernel's headers: another kernel (or headers tree) is another
+            # program, so a host booted into a new kernel reloads on the next run.
+            return {"backend": "bcc", "object": None, "object_sha256": None, "source": self.source,
+                    "source_sha256": object_sha256, "cflags": self.cflags, "kernel_release": _bcc.kernel_release(),
+                    "kernel_headers": self.kernel_headers, "program": self.program, "constants": {},
+                    "resolved_constants": {}, "shared_maps": None}
         # "program" stays as asked (possibly None: the only program of its type), so the next run matches.
         # The resolved constants make a target interface re-created with a new ifindex a change.
         # A program is bound to its maps when loaded: another map set is another program.
@@ -183,6 +242,8 @@ class Converger:
         self.load = load
         self.netns_key = netns_key
         self.warnings: list[str] = []
+        # Seconds the hook was left without a program by this run (a detach before an attach), else None.
+        self.interrupted: float | None = None
         # Map sets this run left, to release once the caller dropped its locks (see release_sets): the
         # converger holds its new set's lock, and taking the old set's lock under it could deadlock with a
         # run moving the other way.
@@ -216,7 +277,7 @@ class Converger:
         self.released_sets = []
 
     def run(self) -> dict:
-        observed = self.hook.observe()
+        observed = self.adopt(self.hook.observe())
         self.hook.refuse(observed)
         before = self.state(observed)
         if self.desired.state == "absent":
@@ -227,6 +288,24 @@ class Converger:
         else:
             changed, after = self._present(observed, before)
         return self._result(changed, before, after)
+
+    def adopt(self, observed: Observed) -> Observed:
+        """Our program without a record describing it, left by a run killed between the attach and the record.
+
+        It is ours when the link pinned in our directory holds it, or when it
+        uses a map pinned in the attachment's own maps/ (only a load through
+        these pins shares them). It is then taken as ours with what the record
+        knew (a tag that cannot match), so the next change goes through the
+        atomic path as for any program of ours, instead of being refused as foreign.
+        """
+        if not observed.attached or observed.owned or not self.pins.holds(observed.prog_id, observed.map_ids):
+            return observed
+        record = self.pins.record.read() or {}
+        self.warnings.append("%s %s program id %d is ours but its record was not written (an interrupted run); "
+                             "taken back" % (self.hook.ifname, self.hook.label, observed.prog_id))
+        record = dict(record, prog_id=observed.prog_id, attach=observed.holder, mode=observed.mode, tag=None,
+                      **observed.extra)
+        return dataclasses.replace(observed, record=record)
 
     @staticmethod
     def state(observed: Observed) -> dict:
@@ -240,8 +319,10 @@ class Converger:
         result = {"changed": changed, "interface": self.hook.ifname, "ifindex": self.hook.ifindex,
                   "pin_dir": self.pins.directory, "diff": {"before": before, "after": after}}
         result.update((k, after.get(k)) for k in ("id", "name", "tag", "attach", "link_id") + self.hook.report_keys)
+        result.update((k, after.get(k)) for k in ("revision", "previous_revision"))
         result["attached"] = after.get("attached", False)
         result["maps"] = after.get("maps", {})
+        result["interrupted"] = self.interrupted is not None
         return result
 
     # ------------------------------------------------------------ absent
@@ -260,6 +341,7 @@ class Converger:
         record = self.pins.record.read() if self.pins.exists() else None
         if self.pins.exists():
             self.pins.remove(keep_maps=self.desired.keep_maps)
+        self._objects().release(record, None)
         if record and record.get("shared_maps"):
             self.release_maps(record, None)
         return True
@@ -267,14 +349,20 @@ class Converger:
     # ------------------------------------------------------------ present
 
     def _present(self, observed: Observed, before: dict) -> tuple[bool, dict]:
-        path = self.desired.object
+        path = self.desired.path
+        if self.desired.checksum:
+            _loader.parse_checksum(self.desired.checksum)  # a malformed one fails even before the object exists
         if self.check_mode and not os.path.isfile(path):
             # An earlier task of the same run (a compile, a copy) would have created it.
             self.warnings.append("object %s does not exist yet; it would be attached once it does" % path)
             return True, {"attached": True, "object": path, self.hook.placement_key: self.hook.planned_mode(observed)}
-        _loader.require_object(path)
+        self.desired.require_file()
+        digest = sha256_file(path)
+        # Before the kernel sees anything of it, in check mode too, and even when the program attached now
+        # came from this very file: the digest in the task is what the operator vouched for.
+        _loader.verify_checksum(path, digest, self.desired.checksum)
         resolved = _loader.resolve_constants(self.desired.constants)
-        identity = dict(self.desired.identity(sha256_file(path), resolved), **self.hook.identity())
+        identity = dict(self.desired.identity(digest, resolved), **self.hook.identity())
         action = plan_present(observed, self.desired.force, self._matches(observed, identity))
         if action == NOTHING:
             return False, before
@@ -300,9 +388,14 @@ class Converger:
             and record.get("data_sha256") == loaded.data_sha256 and self.hook.settled(observed) \
             and record.get("shared_maps") == self.desired.shared_maps
 
+    def _objects(self) -> _revisions.Keeper:
+        """The object store for this hook's record (none without object_store: fakes in unit tests)."""
+        owner = self.pins.record.path if self.desired.object_store else None
+        return _revisions.Keeper(self.desired.object_store, owner)
+
     def _load(self, identity: dict, maps_dir: str | None = None) -> _loader.Loaded:
         d = self.desired
-        return self.load(d.object, d.program, self.hook.prog_type, identity["resolved_constants"], maps_dir=maps_dir,
+        return self.load(d.path, d.program, self.hook.prog_type, identity["resolved_constants"], maps_dir=maps_dir,
                          load_as=self.hook.load_as)
 
     def _preview(self, observed: Observed, identity: dict, before: dict) -> tuple[bool, dict]:
@@ -312,7 +405,9 @@ class Converger:
                 return False, before
             return True, {"attached": True, "name": loaded.info["name"], "tag": loaded.info["tag"],
                           self.hook.placement_key: self.hook.planned_mode(observed), "owner": _hooks.OWNER,
-                          "object_sha256": identity["object_sha256"], "constants": identity["constants"]}
+                          "object_sha256": identity["object_sha256"], "constants": identity["constants"],
+                          **_revisions.preview(self.pins.record.read(), identity, self.desired.rollback, loaded.name,
+                                               self.hook.planned_mode(observed), self.hook.placement_key)}
 
     def _apply(self, observed: Observed, identity: dict, before: dict) -> tuple[bool, dict]:
         shared = self.desired.shared_maps
@@ -321,25 +416,38 @@ class Converger:
             created = _pins.make_dirs(self.maps_dir(shared)) + created
         try:
             with self._load(identity, self.maps_dir(shared)) as loaded:
+                fault_point("after_load")
                 action = plan_swap(observed, self.hook.in_place(observed), self._same_program(observed, loaded))
                 if action == RECORD_ONLY:
                     # A rebuilt object with the same program: nothing changes in the kernel;
                     # the record learns the new object so the next run matches it directly.
-                    self.pins.record.write(dict(observed.record, **identity))
+                    rewritten = dict(observed.record, **identity, **_revisions.advance(
+                        observed.record, identity, self.desired.rollback, new_program=False))
+                    self._objects().keep(self.desired.path, rewritten)
+                    self.pins.record.write(rewritten)
+                    self._objects().release(observed.record, rewritten)
                     return False, before
                 record = dict(identity, program_name=loaded.name, tag=loaded.info["tag"],
                               prog_id=loaded.info["id"], data_sha256=loaded.data_sha256,
                               prog_pin=self.pins.prog_path, maps=loaded.maps)
+                old = self.pins.record.read()  # the hook's history, even when its program went missing
+                record.update(_revisions.advance(old, identity, self.desired.rollback))
                 _pins.Record.encode(dict(record, **WIDEST_PLACEMENT))  # fail before the swap if it cannot fit
+                self._objects().keep(self.desired.path, record)  # a rollback must find it by its digest
                 placement = self._swap(action, observed, loaded.program)
+                fault_point("after_attach")
                 self.pins.replace_pin(loaded.program, self.pins.prog_path)
+                loaded.pin_maps()  # bcc's tables, once their program is on the hook (libbpf pinned at load)
+                fault_point("after_pin")
         except Exception:
             if shared and self.maps_dir(shared) in created:
                 shutil.rmtree(self.maps_dir(shared))  # a new set: only this run's maps are in it
             self.pins.undo(created)
             raise
         record.update(placement.as_record())
+        fault_point("before_record")
         self.pins.record.write(record)
+        self._objects().release(old, record)
         if observed.owned:
             self.release_maps(observed.record, shared)
         after = Observed(prog_id=record["prog_id"], name=loaded.info["name"], tag=record["tag"],
@@ -359,13 +467,16 @@ class Converger:
 
     def _reattach(self, observed: Observed, prog: _bpf.Program) -> Placement:
         """A mode change, or a foreign link we cannot update: detach, attach, and put the old one back on failure."""
-        self.warnings.append("%s was briefly without its %s program while switching %s" % (
-            self.hook.ifname, self.hook.label, self.hook.switch_reason(observed)))
         with self.hook.hold(observed.prog_id) as old:
+            start = time.monotonic()  # the window is at most from before the detach to after the attach
             self.hook.detach(observed)
             try:
                 placement = self.hook.attach(prog)
+                self.interrupted = time.monotonic() - start
+                self.warnings.append("%s was briefly without its %s program while switching %s (at most %.2f ms)" % (
+                    self.hook.ifname, self.hook.label, self.hook.switch_reason(observed), self.interrupted * 1000))
             except Exception as exc:
+                self.interrupted = time.monotonic() - start
                 try:
                     self.hook.restore(observed, old)
                 except Exception as again:
@@ -383,6 +494,7 @@ def converge_interface(params: dict, check_mode: bool, make_hook: Callable) -> t
     locked; the hook is read under the lock, since a concurrent run may have
     just changed it. Returns the result and the warnings.
     """
+    _revisions.check_params(params)
     ifname = params["interface"]
     shared = params.get("shared_maps")
     with _netns.netns(params["netns"]), contextlib.ExitStack() as locks:
@@ -393,11 +505,18 @@ def converge_interface(params: dict, check_mode: bool, make_hook: Callable) -> t
             _netns.ifindex(ifname)  # a missing interface fails before any lock or bpffs check
             _pins.check_bpffs(params["pin_root"])
             locks.enter_context(_pins.lock(key, ifname))
-            if shared and params["state"] == "present":
-                # Attachments of one set load (and create) its maps, or remove it, one at a time.
-                locks.enter_context(_pins.lock(key, _pins.shared_maps_lock(shared)))
+        if params.get("revision") == _revisions.PREVIOUS:
+            # The revision put back brings its program, map set and placement; read under the interface lock.
+            hook = make_hook(params, _netns.ifindex(ifname), key)
+            params = _revisions.rollback_params(params, hook.pins.record.read(),
+                                                "the %s hook of %s" % (hook.label, ifname))
+            shared = params.get("shared_maps")
+        if not check_mode and shared and params["state"] == "present":
+            # Attachments of one set load (and create) its maps, or remove it, one at a time.
+            locks.enter_context(_pins.lock(key, _pins.shared_maps_lock(shared)))
         hook = make_hook(params, _netns.ifindex(ifname), key)
-        converger = Converger(hook, Desired.from_params(params), check_mode, netns_key=key)
+        desired = Desired.from_params(params)
+        converger = Converger(hook, desired, check_mode, load=desired.loader(), netns_key=key)
         result = dict(converger.run(), netns=params["netns"])
     # The locks are dropped: a set left behind is taken under its own lock only (no lock order to keep).
     converger.release_sets()

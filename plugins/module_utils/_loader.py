@@ -100,6 +100,9 @@ class Loaded:
     def close(self) -> None:
         self.program.close()
 
+    def pin_maps(self) -> None:
+        """Nothing to do: libbpf pinned (or reused) the maps when it loaded them (bcc's loader pins here)."""
+
     def open_map(self, name: str) -> _bpf.Map:
         """One of the program's maps by name (pinned or not), as a Map the caller closes."""
         for map_id in self.info["map_ids"]:
@@ -114,6 +117,28 @@ def require_object(path: str) -> None:
     """LoadError, saying how to make one, when the object file is not there."""
     if not os.path.isfile(path):
         raise LoadError("object file %s does not exist; compile it with ebpf.xdp.bpf_object" % path)
+
+
+CHECKSUM_ALGORITHMS = ("sha256",)
+
+
+def parse_checksum(checksum: str) -> str:
+    """The hex digest of `sha256:<hex>` (ansible.builtin.get_url's notation), lower-cased; LoadError otherwise."""
+    algorithm, sep, digest = checksum.strip().partition(":")
+    digest = digest.strip().lower()
+    if not sep or algorithm.lower() not in CHECKSUM_ALGORITHMS:
+        raise LoadError("checksum %r is not sha256:<64 hex digits> (the digest ebpf.xdp.bpf_object returns as "
+                        "checksum)" % checksum)
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise LoadError("checksum %r: a sha256 digest is 64 hex digits, not %r" % (checksum, digest))
+    return digest
+
+
+def verify_checksum(path: str, actual_sha256: str, checksum: str | None) -> None:
+    """Refuse an object whose digest is not the expected one, before anything of it reaches the kernel."""
+    if checksum and parse_checksum(checksum) != actual_sha256:
+        raise LoadError("object %s does not match its checksum: expected sha256:%s, found sha256:%s; "
+                        "nothing was loaded" % (path, parse_checksum(checksum), actual_sha256))
 
 
 def load(path: str, program: str | None, prog_type: str, constants: dict | None = None,

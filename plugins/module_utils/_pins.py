@@ -197,6 +197,22 @@ class PinDir:
     def open_link(self) -> _bpf.Link:
         return _bpf.Link.from_pin(self.link_path)
 
+    def holds(self, prog_id: int, map_ids: list[int]) -> bool:
+        """Whether the pins here prove the program ours, record or not: our pinned link holds it, or it uses a
+        map pinned in our own maps/ (only a load through these pins shares them)."""
+        if not self.exists():
+            return False
+        if self.has_link():
+            with self.open_link() as link:
+                if link.info()["prog_id"] == prog_id:
+                    return True
+        if os.path.isdir(self.maps_dir):
+            for name in os.listdir(self.maps_dir):
+                with _bpf.Map.from_pin(os.path.join(self.maps_dir, name)) as pinned:
+                    if pinned.info["id"] in map_ids:
+                        return True
+        return False
+
     def make(self, maps: bool = True) -> list[str]:
         """Create the directories (maps/ too unless the maps live elsewhere); return those that did not
         exist, deepest first (see undo)."""

@@ -25,7 +25,7 @@ converges to the rolled-back revision again (nothing to do), so re-running a
 rollback is idempotent. One previous revision is kept; going forward again
 is an ordinary task with the new object (a new revision number).
 
-The object store is a directory (default /var/lib/ebpf_xdp/objects, 0700)
+The object store is a directory (default /var/lib/ebpf_xdp/revisions, 0700)
 of objects named by digest (`<sha256>.o`, 0600). Each object has a
 `<sha256>.refs/` directory with one file per record that references it
 (the file holds the record's pin path); an object is removed once no
@@ -48,7 +48,7 @@ from ansible_collections.ebpf.xdp.plugins.module_utils import _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils._compile import sha256_file
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
-DEFAULT_OBJECT_STORE = "/var/lib/ebpf_xdp/objects"
+DEFAULT_OBJECT_STORE = "/var/lib/ebpf_xdp/revisions"
 CURRENT = "current"
 PREVIOUS = "previous"
 
@@ -139,11 +139,11 @@ def number(record: dict) -> int:
     return record.get("revision") or 1
 
 
-def same_revision(kept: dict, identity: dict) -> bool:
-    return all(kept.get(k) == v for k, v in identity.items() if k not in NOT_REVISION)
+def same_revision(revision: dict, identity: dict) -> bool:
+    return all(revision.get(k) == v for k, v in identity.items() if k not in NOT_REVISION)
 
 
-def kept(record: dict, identity_keys) -> dict:
+def as_previous(record: dict, identity_keys) -> dict:
     """The current revision of `record` as `previous` keeps it."""
     out = {k: record.get(k) for k in identity_keys}
     out.update((k, record.get(k)) for k in KEPT)
@@ -164,9 +164,9 @@ def advance(old: dict | None, identity: dict, rollback: bool, new_program: bool 
     if same_revision(old, identity) or (not new_program and not rollback):
         return {"revision": number(old), "previous": previous, "rolled_back": bool(old.get("rolled_back"))}
     if rollback and previous and same_revision(previous, identity):
-        return {"revision": number(previous), "previous": kept(old, identity), "rolled_back": True}
+        return {"revision": number(previous), "previous": as_previous(old, identity), "rolled_back": True}
     top = max(number(old), number(previous) if previous else 0)
-    return {"revision": top + 1, "previous": kept(old, identity), "rolled_back": False}
+    return {"revision": top + 1, "previous": as_previous(old, identity), "rolled_back": False}
 
 
 def shape(record: dict | None, placement_key: str = "mode") -> dict | None:
@@ -280,9 +280,9 @@ class ObjectStore:
         """Remove objects no live record references. The touched digests' references are checked against
         their records; the others' only for records that are gone, which costs a stat each."""
         for name in os.listdir(self.directory):
-            if not name.endswith(".o"):
-                continue
             digest = name[:-2]
+            if not is_digest_object(name):
+                continue  # not ours: a store pointed at a directory that holds other files leaves them alone
             refs = self._refs(digest)
             owners = os.listdir(refs) if os.path.isdir(refs) else []
             for ref in owners:
@@ -297,7 +297,12 @@ class ObjectStore:
     def digests(self) -> list[str]:
         if not os.path.isdir(self.directory):
             return []
-        return sorted(n[:-2] for n in os.listdir(self.directory) if n.endswith(".o"))
+        return sorted(n[:-2] for n in os.listdir(self.directory) if is_digest_object(n))
+
+
+def is_digest_object(name: str) -> bool:
+    """<64 hex digits>.o: an object the store keeps."""
+    return len(name) == 66 and name.endswith(".o") and all(c in "0123456789abcdef" for c in name[:64])
 
 
 def _ref_name(owner: str) -> str:

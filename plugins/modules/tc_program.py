@@ -32,6 +32,7 @@ author:
   - ebpf.xdp developers (@ebpf-xdp)
 requirements:
   - libbpf >= 1.0 (C(libbpf.so.1)) and pyroute2 on the managed host
+  - with O(backend=bcc), bcc's Python binding (C(python3-bpfcc)) and kernel headers on the managed host
   - root (C(CAP_BPF), C(CAP_NET_ADMIN), C(CAP_SYS_ADMIN)) and a mounted bpffs
 extends_documentation_fragment:
   - ebpf.xdp.attributes
@@ -127,6 +128,19 @@ EXAMPLES = r"""
     interface: eth1
     direction: egress
     state: absent
+
+- name: A classifier in bcc's dialect, compiled by bcc on the host
+  ebpf.xdp.tc_program:
+    interface: eth1
+    backend: bcc
+    source: /opt/bcc/tc_count.c
+    cflags: ["-DVERDICT=TC_ACT_OK"]
+
+- name: Put back the previous revision of the ingress program
+  ebpf.xdp.tc_program:
+    interface: eth1
+    direction: ingress
+    revision: previous
 """
 
 RETURN = r"""
@@ -135,6 +149,17 @@ attached:
   returned: always
   type: bool
   sample: true
+interrupted:
+  description:
+    - Whether this task left the tc hook without a program for a moment (a detach, then an attach).
+    - >-
+      A new program replaces the old one atomically (tcx link update, or a filter replaced in place) whenever
+      it can, and then this is false. It is true for a switch that cannot be atomic: a method change, a new
+      place (priority/handle), a forced takeover of a filter for one protocol; the warning says for how long
+      at most.
+  returned: always
+  type: bool
+  sample: false
 interface:
   description: Interface name.
   returned: always
@@ -214,6 +239,25 @@ pin_dir:
   returned: always
   type: str
   sample: /sys/fs/bpf/ebpf_xdp/host/eth0/tc_ingress
+revision:
+  description:
+    - The revision attached after the task (in check mode, the one that would be), or null when none is.
+    - C(number) counts the programs put on this hook (1 for the first; a rollback brings back the old number);
+      C(object) is the path it was attached from and C(object_sha256) its digest (the copy in O(object_store));
+      C(program) the function name; C(constants) as the task gave them; C(method) where it runs;
+      C(rolled_back) is true when O(revision=previous) put it back.
+  returned: always
+  type: dict
+  sample: {number: 3, object: /var/lib/ebpf_xdp/prog.o, object_sha256: 5d5b09f6dcb2d53a5fffc60c4ac0d55fabdf556069d6631545f42aa6e3500f2e,
+           program: xdp_drop_count, constants: {}, method: tcx, rolled_back: false}
+previous_revision:
+  description:
+    - The revision kept before the current one (what O(revision=previous) would put back; after a rollback, the
+      revision that was rolled back), in the shape of RV(revision); null when there is none.
+  returned: always
+  type: dict
+  sample: {number: 2, object: /var/lib/ebpf_xdp/prog.o, object_sha256: 0b5e2c6f1e3d44d6b8f6a4f7c1d2e3f405162738495a6b7c8d9e0f1a2b3c4d5e,
+           program: xdp_drop_count, constants: {}, method: tcx, rolled_back: false}
 verifier_log_tail:
   description: Last lines of the verifier log when the kernel rejected the program.
   returned: on verifier rejection
@@ -223,7 +267,7 @@ verifier_log_tail:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _converge
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bcc, _common, _converge, _revisions
 from ansible_collections.ebpf.xdp.plugins.module_utils._tc import TcHook
 
 
@@ -240,7 +284,7 @@ def main():
     argument_spec.update(_common.PROGRAM_ARGS)
     argument_spec.update(_common.PIN_ROOT_ARGS)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
-                           required_if=[("state", "present", ["object"])])
+                           **_revisions.module_rules(_bcc.MODULE_RULES))
     p = module.params
     # tc's aliases, as the kernel reports them back: compare like with like.
     p["verdict"] = {"ok": "pass", "shot": "drop", "unspec": "continue"}.get(p["verdict"], p["verdict"])
@@ -249,6 +293,7 @@ def main():
     if p["handle"] is not None and not 1 <= p["handle"] <= (0xFFF if p["method"] == "act_bpf" else 0xFFFFFFFF):
         module.fail_json(msg="handle must be between 1 and %d for method %s, not %d"
                              % (0xFFF if p["method"] == "act_bpf" else 0xFFFFFFFF, p["method"], p["handle"]))
+    _bcc.prepare(module)  # before the other checks: it may re-run the module under the system Python
     _common.require_libraries(module)
     _common.require_privileges(module)
 

@@ -26,6 +26,7 @@ author:
   - ebpf.xdp developers (@ebpf-xdp)
 requirements:
   - libbpf >= 1.0 (C(libbpf.so.1)) on the managed host
+  - with O(backend=bcc), bcc's Python binding (C(python3-bpfcc)) and kernel headers on the managed host
   - root (C(CAP_BPF), C(CAP_NET_ADMIN), C(CAP_SYS_ADMIN)) and a mounted bpffs
 extends_documentation_fragment:
   - ebpf.xdp.attributes
@@ -84,6 +85,12 @@ EXAMPLES = r"""
     constants:
       xdp_action: 2
 
+- name: Attach only the object that was reviewed (its digest pinned in inventory, from bpf_object's checksum)
+  ebpf.xdp.xdp_program:
+    interface: eth1
+    object: /var/lib/ebpf_xdp/xdp_drop_count.o
+    checksum: sha256:5d5b09f6dcb2d53a5fffc60c4ac0d55fabdf556069d6631545f42aa6e3500f2e
+
 - name: Take over from a program attached by hand with ip link
   ebpf.xdp.xdp_program:
     interface: eth1
@@ -97,11 +104,25 @@ EXAMPLES = r"""
     constants:
       redirect_ifindex: {ifindex: eth2}
 
+- name: A bcc-dialect program, compiled by bcc on the host (python3-bpfcc and kernel headers)
+  ebpf.xdp.xdp_program:
+    interface: eth1
+    backend: bcc
+    source: /opt/bcc/xdp_drop_count.c
+    cflags: ["-DXDP_ACTION=2"]
+    # Only where the running kernel has no headers package:
+    kernel_headers: /usr/src/linux-headers-6.1.0-28-cloud-amd64
+
 - name: Remove it inside a network namespace
   ebpf.xdp.xdp_program:
     interface: veth0
     netns: blue
     state: absent
+
+- name: Put back the program that was attached before the current one (object kept by digest)
+  ebpf.xdp.xdp_program:
+    interface: eth1
+    revision: previous
 """
 
 RETURN = r"""
@@ -110,6 +131,17 @@ attached:
   returned: always
   type: bool
   sample: true
+interrupted:
+  description:
+    - Whether this task left the XDP hook without a program for a moment (a detach, then an attach).
+    - >-
+      A new program replaces the old one atomically (bpf_link update, or netlink replace of a netlink-held
+      program) whenever it can, and then this is false. It is true for a switch that cannot be atomic: a mode
+      change (native and generic), or a forced takeover of a program held by someone else's bpf_link; the
+      warning says for how long at most.
+  returned: always
+  type: bool
+  sample: false
 interface:
   description: Interface name.
   returned: always
@@ -164,6 +196,25 @@ pin_dir:
   returned: always
   type: str
   sample: /sys/fs/bpf/ebpf_xdp/host/eth1/xdp
+revision:
+  description:
+    - The revision attached after the task (in check mode, the one that would be), or null when none is.
+    - C(number) counts the programs put on this hook (1 for the first; a rollback brings back the old number);
+      C(object) is the path it was attached from and C(object_sha256) its digest (the copy in O(object_store));
+      C(program) the function name; C(constants) as the task gave them; C(mode) where it runs;
+      C(rolled_back) is true when O(revision=previous) put it back.
+  returned: always
+  type: dict
+  sample: {number: 3, object: /var/lib/ebpf_xdp/prog.o, object_sha256: 5d5b09f6dcb2d53a5fffc60c4ac0d55fabdf556069d6631545f42aa6e3500f2e,
+           program: xdp_drop_count, constants: {}, mode: native, rolled_back: false}
+previous_revision:
+  description:
+    - The revision kept before the current one (what O(revision=previous) would put back; after a rollback, the
+      revision that was rolled back), in the shape of RV(revision); null when there is none.
+  returned: always
+  type: dict
+  sample: {number: 2, object: /var/lib/ebpf_xdp/prog.o, object_sha256: 0b5e2c6f1e3d44d6b8f6a4f7c1d2e3f405162738495a6b7c8d9e0f1a2b3c4d5e,
+           program: xdp_drop_count, constants: {}, mode: native, rolled_back: false}
 verifier_log_tail:
   description: Last lines of the verifier log when the kernel rejected the program.
   returned: on verifier rejection
@@ -173,7 +224,7 @@ verifier_log_tail:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _converge
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bcc, _common, _converge, _revisions
 from ansible_collections.ebpf.xdp.plugins.module_utils._xdp import XdpHook
 
 
@@ -185,7 +236,8 @@ def main():
     argument_spec.update(_common.PROGRAM_ARGS)
     argument_spec.update(_common.PIN_ROOT_ARGS)
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
-                           required_if=[("state", "present", ["object"])])
+                           **_revisions.module_rules(_bcc.MODULE_RULES))
+    _bcc.prepare(module)  # before the other checks: it may re-run the module under the system Python
     _common.require_libraries(module, pyroute2=False)
     _common.require_privileges(module)
 

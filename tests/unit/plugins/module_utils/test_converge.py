@@ -93,9 +93,13 @@ class FakePins:
         self.record = FakeRecord(record)
         self.made = record is not None
         self.pinned = {}
+        self.held = set()  # program ids a pinned link or pinned map proves ours (holds)
 
     def exists(self):
         return self.made
+
+    def holds(self, prog_id, map_ids):
+        return self.made and prog_id in self.held
 
     def make(self, maps=True):
         created, self.made = ([] if self.made else [self.directory]), True
@@ -133,6 +137,9 @@ class FakeLoaded:
 
     def __exit__(self, *exc):
         pass
+
+    def pin_maps(self):
+        """Like _loader.Loaded: the maps were pinned at load."""
 
 
 class FakeHook(_converge.HookAdapter):
@@ -293,6 +300,22 @@ def test_mode_switch_reattaches(obj):
     result, warnings, _loads = converge(hook, obj, mode="generic")
     assert hook.calls == [("detach", 10), ("attach", 30)] and result["mode"] == "generic"
     assert "while switching mode" in warnings[0]
+    assert result["interrupted"] is True
+
+
+def test_an_in_place_upgrade_is_not_interrupted(obj):
+    hook = FakeHook(FOREIGN_NETLINK)
+    result, warnings, _loads = converge(hook, obj, force=True)
+    assert result["interrupted"] is False and not warnings
+
+
+def test_a_program_our_pins_hold_without_a_record_is_adopted_not_refused(obj):
+    # A run killed after its attach, before its first record: the pinned link (or maps) prove it ours.
+    hook = FakeHook(FOREIGN_LINK)
+    hook.pins.made, hook.pins.held = True, {20}
+    result, warnings, _loads = converge(hook, obj)
+    assert hook.calls == [("update_link", 9, 30)] and result["interrupted"] is False
+    assert "its record was not written" in warnings[0] and hook.pins.record.value["prog_id"] == 30
 
 
 def test_failed_mode_switch_restores_the_old_program_and_leaves_no_pins(obj):

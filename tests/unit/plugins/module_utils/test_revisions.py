@@ -136,3 +136,15 @@ def test_shapes():
                                  "constants": {}, "method": "native", "rolled_back": False}
     assert shown["previous_revision"]["number"] == 2 and shown["previous_revision"]["method"] == "generic"
     assert _revisions.report(record("a"))["previous_revision"] is None
+
+
+def test_the_store_leaves_files_it_did_not_make(tmp_path):
+    directory = tmp_path / "objects"
+    directory.mkdir()
+    (directory / "xdp_drop_count.o").write_bytes(b"someone's object")
+    src = tmp_path / "prog.o"
+    src.write_bytes(b"object")
+    store = ObjectStore(str(directory))
+    store.keep(str(src), sha256_file(str(src)), str(tmp_path / "gone"))
+    store.release([sha256_file(str(src))], str(tmp_path / "gone"))
+    assert store.digests() == [] and (directory / "xdp_drop_count.o").exists()

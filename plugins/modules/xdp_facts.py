@@ -124,6 +124,8 @@ ansible_facts:
               C(proto_count) maps), C(rates) and C(protocol_rates) (with O(rate_interval)), and for
               programs attached by this collection C(object), C(object_sha256), C(program) and
               C(constants); C(attach) (V(link) or V(netlink)) and C(link_id) say how it is held.
+              Programs attached by this collection also have C(revision) and C(previous_revision), as
+              RV(ebpf.xdp.xdp_program#module:revision) describes (the revision attached, the one kept to put back).
               Programs loaded with C(backend=bcc) (see M(ebpf.xdp.xdp_program)) add C(backend) (V(bcc)),
               C(source), C(source_sha256), C(cflags) and C(kernel_release); their maps are bcc's tables by
               their names.

@@ -84,6 +84,9 @@ class TcHook(HookAdapter):
         ours = [p for p in programs if _tc_hooks.tc_owned(p, record)] or self._interrupted(programs, record)
         if ours:
             return _tc_hooks.observe_tc(ours[0], self.direction, record)
+        orphan = self._orphan(programs)
+        if orphan:
+            return _tc_hooks.observe_tc(orphan, self.direction, None)  # Converger.adopt takes it back
         if self.method != "tcx":
             priority, handle = self._spot(record)
             there = [p for p in programs if p["method"] in FILTER_KINDS and p["priority"] == priority
@@ -110,13 +113,34 @@ class TcHook(HookAdapter):
                             "Use method: cls_bpf, or auto" % platform.release())
 
     def _interrupted(self, programs: list[dict], record: dict | None) -> list[dict]:
-        """A run interrupted before rewriting the record: our pinned tcx link still proves ownership."""
-        if not record or record.get("mode") != "tcx" or not self.pins.has_link():
+        """A run interrupted before rewriting the record: our pinned tcx link still proves ownership.
+
+        Without a record at all (killed before the first one was written), the
+        link is found here and the converger adopts it (Converger.adopt).
+        """
+        if not self.pins.has_link() or (record and record.get("mode") != "tcx"):
             return []
         with self.pins.open_link() as link:
             info = link.info()
-        record["prog_id"] = info["prog_id"]
+        if record:
+            record["prog_id"] = info["prog_id"]
         return [p for p in programs if p.get("link_id") == info["id"]]
+
+    def _orphan(self, programs: list[dict]) -> dict | None:
+        """A filter of ours that no record describes (a run killed between its attach and its record): the
+        maps pinned in our directory prove it ours. Without this, the next run would not look for it where it
+        is but attach a second filter at the first free priority."""
+        if not self.pins.exists():
+            return None
+        for entry in programs:
+            try:
+                with _bpf.Program.from_id(entry["prog_id"]) as prog:
+                    map_ids = prog.info()["map_ids"]
+            except _bpf.BpfError:
+                continue  # gone while listed
+            if self.pins.holds(entry["prog_id"], map_ids):
+                return entry
+        return None
 
     def _spot(self, record: dict | None) -> tuple[int, int]:
         """Where our filter goes: as the task says, else where it was, else the first free priority."""

@@ -1,0 +1,340 @@
+"""Faults survived: each ends with one normal run that converges the host and a second that reports no change.
+
+Kill points: the converger names the steps of a run (_converge.fault_point:
+after_load, after_attach, after_pin, before_record) and dies there with
+SIGKILL when EBPF_XDP_FAULT_POINT names one; the module runs as a
+subprocess of ansible, the way a playbook runs it.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import uuid
+
+import pytest
+
+from conftest import ROOT, SYSTEM_PYTHON, VENV_PYTHON, sh
+from test_tc_program import TC_SHOT, filters, tc_obj  # noqa: F401  # pylint: disable=unused-import
+from test_xdp_program import pins
+from test_zero_loss import drop_v2, tc_v2  # noqa: F401  # pylint: disable=unused-import
+
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _converge, _netns
+
+POINTS = ["after_load", "after_attach", "after_pin", "before_record"]
+
+
+def xdp_witness(pair):
+    """(program id, mode) on rx/eth0 as the kernel reports it; (0, None) for none."""
+    with _netns.netns(pair.rx):
+        state = _bpf.xdp_query(_netns.ifindex("eth0"))
+    prog_id = state["prog_id"] or state["native_prog_id"] or state["generic_prog_id"]
+    return prog_id, state["mode"]
+
+
+def tcx_prog_ids(ns):
+    """The programs on ns/eth0's tcx ingress, as the kernel lists them."""
+    with _netns.netns(ns):
+        return list(_bpf.tcx_query(_netns.ifindex("eth0"), _bpf.BPF_TCX_INGRESS)["prog_ids"])
+
+
+def our_links(pin_dir):
+    """The bpf_links anywhere (live or left on a deleted interface) whose program uses the counters pinned in
+    pin_dir/maps: a link a killed run left behind would be one of them. Link info has no namespace, so an
+    ifindex alone would also match other tests' eth0s."""
+    with _bpf.Map.from_pin(os.path.join(pin_dir, "maps", "proto_count")) as counters:
+        map_id = counters.info["id"]
+    found = []
+    for info in _bpf.links():
+        try:
+            with _bpf.Program.from_id(info["prog_id"]) as prog:
+                if map_id in prog.info()["map_ids"]:
+                    found.append(info)
+        except _bpf.BpfError:
+            continue  # gone while listed
+    return found
+
+
+class DirectRunner:
+    """A module run as its own process without ansible around it (~0.3 s instead of ~1.5 s): the kill
+    tests make many runs. The module reads its arguments from a file, as AnsibleModule allows."""
+
+    def __init__(self, pin_root, tmp_path):
+        self.pin_root = pin_root
+        self.tmp_path = tmp_path
+
+    def __call__(self, module, args, env=None):
+        args = dict(args, pin_root=self.pin_root)
+        path = self.tmp_path / ("args-%s.json" % uuid.uuid4().hex[:6])
+        path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=False)}))
+        collections = os.path.join(ROOT, ".build", "collections")
+        proc = subprocess.run(
+            [VENV_PYTHON, os.path.join(collections, "ansible_collections", "ebpf", "xdp", "plugins", "modules",
+                                         module + ".py"), str(path)],
+            capture_output=True, text=True, check=False, cwd="/tmp",
+            env=dict(os.environ, PYTHONPATH=collections, **(env or {})))
+        if proc.returncode == -signal.SIGKILL:
+            return {"failed": True, "killed": True}
+        try:
+            return json.loads(proc.stdout)
+        except ValueError:
+            raise AssertionError("no JSON from %s:\n%s\n%s" % (module, proc.stdout, proc.stderr))
+
+
+@pytest.fixture
+def direct(pin_root, tmp_path):
+    return DirectRunner(pin_root, tmp_path)
+
+
+def converges(run, module, args, expect_changed=None):
+    """The closing pair of every fault: a normal run converges, the next one changes nothing."""
+    first = run(module, args)
+    assert not first.get("failed"), first
+    if expect_changed is not None:
+        assert first["changed"] is expect_changed, first
+    second = run(module, args)
+    assert second.get("changed") is False and not second.get("failed"), second
+    return first
+
+
+def killed(run, module, args, point):
+    res = run(module, args, env={_converge.FAULT_POINT_ENV: point})
+    assert res.get("killed"), res
+    return res
+
+
+# ---------------------------------------------------------------- kill points
+
+
+@pytest.mark.parametrize("step", ["attach", "upgrade"])
+@pytest.mark.parametrize("point", POINTS)
+def test_xdp_killed_at_each_step(pair, drop_obj, drop_v2, pin_root, point, step,  # noqa: F811
+                                 direct):
+    args = dict(interface="eth0", netns=pair.rx, object=drop_obj, mode="native")
+    if step == "upgrade":
+        direct("xdp_program", args)
+        args = dict(args, object=drop_v2)
+    killed(direct, "xdp_program", args, point)
+    res = converges(direct, "xdp_program", args)
+    assert res["attached"] and res["attach"] == "link" and xdp_witness(pair) == (res["id"], "native")
+    assert [link["prog_id"] for link in our_links(res["pin_dir"])] == [res["id"]], "one link, ours"
+    directory = os.path.join(pin_root, pair.rx, "eth0", "xdp")
+    assert pins(pin_root) == sorted(os.path.join(directory, f) for f in ("link", "maps/proto_count", "owner", "prog"))
+    gone = direct("xdp_program", dict(interface="eth0", netns=pair.rx, state="absent"))
+    assert gone["changed"] and xdp_witness(pair)[0] == 0 and pins(pin_root) == []
+
+
+@pytest.mark.parametrize("step", ["attach", "upgrade"])
+@pytest.mark.parametrize("point", ["after_attach", "before_record"])
+@pytest.mark.parametrize("method", ["tcx", "cls_bpf"])
+def test_tc_killed_at_each_step(pair, tc_obj, tc_v2, pin_root, method, point, step,  # noqa: F811
+                                direct):
+    args = dict(interface="eth0", netns=pair.rx, object=tc_obj, program="tc_drop_count", method=method,
+                constants={"tc_action": TC_SHOT})
+    if step == "upgrade":
+        direct("tc_program", args)
+        args = dict(args, object=tc_v2)
+    killed(direct, "tc_program", args, point)
+    res = converges(direct, "tc_program", args)
+    assert res["attached"] and res["method"] == method
+    if method == "tcx":
+        assert tcx_prog_ids(pair.rx) == [res["id"]] and filters(pair.rx) == []
+    else:
+        assert [f["options"]["prog"]["id"] for f in filters(pair.rx)] == [res["id"]] and tcx_prog_ids(pair.rx) == []
+    gone = direct("tc_program", dict(interface="eth0", netns=pair.rx, method=method, state="absent"))
+    assert gone["changed"] and filters(pair.rx) == [] and tcx_prog_ids(pair.rx) == [] and pins(pin_root) == []
+
+
+# ---------------------------------------------------------------- the interface and its namespace
+
+
+def recreate_rx(pair):
+    """Make the deleted veth again: same names, new ifindexes."""
+    sh("ip", "link", "add", "eth0", "netns", pair.tx, "address", pair.tx_mac, "type", "veth",
+       "peer", "name", "eth0", "netns", pair.rx, "address", pair.rx_mac)
+    for ns in (pair.tx, pair.rx):
+        sh("ip", "-n", ns, "link", "set", "eth0", "up")
+
+
+def test_interface_deleted_then_recreated_with_a_new_ifindex(direct, pair, drop_obj, pin_root):
+    args = dict(interface="eth0", netns=pair.rx, object=drop_obj, mode="native")
+    first = direct("xdp_program", args)
+    sh("ip", "-n", pair.rx, "link", "del", "eth0")
+    res = direct("xdp_program", args)
+    assert res["failed"] and "'eth0' does not exist" in res["msg"], res
+    gone = direct("xdp_program", dict(args, state="absent"))
+    assert gone["failed"] and "'eth0' does not exist" in gone["msg"], gone
+    recreate_rx(pair)
+    res = converges(direct, "xdp_program", args, expect_changed=True)
+    assert res["ifindex"] != first["ifindex"] and xdp_witness(pair) == (res["id"], "native")
+    assert res["maps"] == first["maps"] and len(our_links(res["pin_dir"])) == 1
+
+
+def test_namespace_deleted_and_recreated_like_a_reboot_of_the_lab(direct, pair, drop_obj, pin_root):
+    args = dict(interface="eth0", netns=pair.rx, object=drop_obj, mode="native")
+    direct("xdp_program", args)
+    pair.down()
+    pair.up()
+    res = converges(direct, "xdp_program", args, expect_changed=True)
+    assert xdp_witness(pair) == (res["id"], "native") and len(our_links(res["pin_dir"])) == 1
+    gone = converges(direct, "xdp_program", dict(args, state="absent"), expect_changed=True)
+    assert gone["attached"] is False and pins(pin_root) == []
+
+
+# ---------------------------------------------------------------- pins and programs changed out of band
+
+
+def test_pins_removed_while_attached(direct, pair, drop_obj, pin_root):
+    """The pinned link is what keeps a link-held program: removing the pins detaches it too (said here, seen
+    by the witness); the next run attaches it again."""
+    args = dict(interface="eth0", netns=pair.rx, object=drop_obj, mode="native")
+    first = direct("xdp_program", args)
+    sh("rm", "-r", os.path.join(pin_root, pair.rx, "eth0", "xdp"))
+    assert xdp_witness(pair) == (0, None), "the link went with its pin"
+    res = converges(direct, "xdp_program", args, expect_changed=True)
+    assert res["id"] != first["id"] and xdp_witness(pair) == (res["id"], "native")
+
+
+def test_pins_removed_under_a_netlink_held_program(direct, pair, drop_obj, pin_root):
+    """A program held by netlink (taken over from ip(8)) stays without its pins, and nothing proves it ours any
+    more: the next run refuses it as foreign and says how to take it; force does, atomically."""
+    sh("ip", "-n", pair.rx, "link", "set", "dev", "eth0", "xdpdrv", "obj", drop_obj, "sec", "xdp")
+    args = dict(interface="eth0", netns=pair.rx, object=drop_obj, mode="native")
+    first = direct("xdp_program", dict(args, force=True))
+    assert first["attach"] == "netlink" and first["interrupted"] is False
+    sh("rm", "-r", os.path.join(pin_root, pair.rx, "eth0", "xdp"))
+    assert xdp_witness(pair)[0] == first["id"]
+    res = direct("xdp_program", args)
+    assert res["failed"] and "that ebpf.xdp did not attach" in res["msg"] and "force: true" in res["msg"], res
+    res = converges(direct, "xdp_program", dict(args, force=True), expect_changed=True)
+    assert res["interrupted"] is False and xdp_witness(pair) == (res["id"], "native")
+
+
+def test_pins_removed_under_a_cls_bpf_filter(direct, pair, tc_obj, pin_root):  # noqa: F811
+    """A cls_bpf filter stays without its pins, unprovably ours. A task that names no place takes the first free
+    priority: the old filter is left there like any filter the collection did not put (tc filters coexist);
+    a task that names the place finds it taken and is refused, and force replaces it in place."""
+    args = dict(interface="eth0", netns=pair.rx, object=tc_obj, program="tc_drop_count", method="cls_bpf")
+    first = direct("tc_program", args)
+    sh("rm", "-r", os.path.join(pin_root, pair.rx, "eth0", "tc_ingress"))
+    res = converges(direct, "tc_program", args, expect_changed=True)
+    assert (res["priority"], first["priority"]) == (2, 1)
+    assert [f["options"]["prog"]["id"] for f in filters(pair.rx)] == [first["id"], res["id"]]
+    sh("rm", "-r", os.path.join(pin_root, pair.rx, "eth0", "tc_ingress"))
+    placed = dict(args, priority=2, handle=1)
+    res = direct("tc_program", placed)
+    assert res["failed"] and "that ebpf.xdp did not attach" in res["msg"] and "force: true" in res["msg"], res
+    again = converges(direct, "tc_program", dict(placed, force=True), expect_changed=True)
+    assert again["interrupted"] is False and again["priority"] == 2
+    assert [f["options"]["prog"]["id"] for f in filters(pair.rx)] == [first["id"], again["id"]]
+
+
+def test_detached_out_of_band(direct, pair, drop_obj, pin_root):
+    """ip(8) cannot take off a link-held program (the kernel refuses: EBUSY); bpftool's link detach and
+    unpinning the link can, and the next run puts it back while the other pins stay."""
+    args = dict(interface="eth0", netns=pair.rx, object=drop_obj, mode="native")
+    first = direct("xdp_program", args)
+    off = sh("ip", "-n", pair.rx, "link", "set", "dev", "eth0", "xdp", "off", check=False)
+    assert off.returncode != 0 and xdp_witness(pair)[0] == first["id"], off.stderr
+    sh("bpftool", "link", "detach", "id", str(first["link_id"]))
+    assert xdp_witness(pair) == (0, None)
+    res = converges(direct, "xdp_program", args, expect_changed=True)
+    assert xdp_witness(pair) == (res["id"], "native") and len(our_links(res["pin_dir"])) == 1
+    os.unlink(os.path.join(pin_root, pair.rx, "eth0", "xdp", "link"))
+    assert xdp_witness(pair) == (0, None)
+    res = converges(direct, "xdp_program", args, expect_changed=True)
+    assert xdp_witness(pair) == (res["id"], "native")
+
+
+def test_netlink_held_program_detached_with_ip(direct, pair, drop_obj, pin_root):
+    sh("ip", "-n", pair.rx, "link", "set", "dev", "eth0", "xdpdrv", "obj", drop_obj, "sec", "xdp")
+    args = dict(interface="eth0", netns=pair.rx, object=drop_obj, mode="native", force=True)
+    direct("xdp_program", args)
+    sh("ip", "-n", pair.rx, "link", "set", "dev", "eth0", "xdp", "off")
+    assert xdp_witness(pair) == (0, None)
+    res = converges(direct, "xdp_program", args, expect_changed=True)
+    assert xdp_witness(pair) == (res["id"], "native")
+
+
+# ---------------------------------------------------------------- bpffs
+
+
+@pytest.fixture
+def private_bpffs():
+    """A bpffs of our own, mounted in a temporary directory (never /sys/fs/bpf)."""
+    directory = tempfile.mkdtemp(prefix="ebpf-xdp-bpffs-")
+    sh("mount", "-t", "bpf", "bpf", directory)
+    yield directory
+    sh("umount", directory, check=False)
+    os.rmdir(directory)
+
+
+def test_bpffs_unmounted_and_mounted_again(pair, drop_obj, private_bpffs, tmp_path):
+    run = DirectRunner(os.path.join(private_bpffs, "ebpf_xdp"), tmp_path)
+    args = dict(interface="eth0", netns=pair.rx, object=drop_obj, mode="native")
+    first = run("xdp_program", args)
+    assert first["changed"] and first["pin_dir"].startswith(private_bpffs)
+    sh("umount", private_bpffs)
+    res = run("xdp_program", args)
+    assert res["failed"] and "is not on a BPF filesystem" in res["msg"], res
+    sh("mount", "-t", "bpf", "bpf", private_bpffs)
+    res = converges(run, "xdp_program", args, expect_changed=True)
+    assert xdp_witness(pair) == (res["id"], "native") and len(our_links(res["pin_dir"])) == 1
+
+
+# ---------------------------------------------------------------- concurrent runs
+
+
+def playbook(directory, tasks, python=SYSTEM_PYTHON):
+    path = os.path.join(directory, "play-%s.yml" % uuid.uuid4().hex[:6])
+    with open(path, "w") as handle:
+        json.dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}], handle)
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+               ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"),
+               ANSIBLE_LOCALHOST_WARNING="false")
+    return subprocess.Popen([os.path.join(os.path.dirname(VENV_PYTHON), "ansible-playbook"), "-i",
+                             os.path.join(directory, "hosts.ini"), "-e", "ansible_python_interpreter=%s" % python,
+                             path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=directory)
+
+
+def task_results(proc):
+    out, err = proc.communicate()
+    assert proc.returncode == 0, out + err
+    return [task["hosts"]["localhost"] for task in json.loads(out)["plays"][0]["tasks"]]
+
+
+@pytest.fixture
+def inventory(tmp_path):
+    (tmp_path / "hosts.ini").write_text("localhost ansible_connection=local\n")
+    return str(tmp_path)
+
+
+def test_two_playbooks_at_once(pair, drop_obj, pin_root, inventory):
+    task = {"ebpf.xdp.xdp_program": dict(interface="eth0", netns=pair.rx, object=drop_obj, mode="native",
+                                         pin_root=pin_root)}
+    procs = [playbook(inventory, [task]), playbook(inventory, [task])]
+    [first], [second] = [task_results(p) for p in procs]
+    assert sorted([first["changed"], second["changed"]]) == [False, True], (first, second)
+    assert first["id"] == second["id"] and xdp_witness(pair) == (first["id"], "native")
+    assert len(our_links(first["pin_dir"])) == 1
+    directory = os.path.join(pin_root, pair.rx, "eth0", "xdp")
+    assert pins(pin_root) == sorted(os.path.join(directory, f) for f in ("link", "maps/proto_count", "owner", "prog"))
+    [again] = task_results(playbook(inventory, [task]))
+    assert again["changed"] is False
+    assert not [f for f in os.listdir(inventory) if f not in ("hosts.ini",) and not f.startswith("play-")]
+
+
+def test_the_same_interface_from_two_tasks_of_one_play(pair, drop_obj, drop_v2, pin_root, inventory):  # noqa: F811
+    """The same program twice: the second task finds it converged. Two different objects on one hook: the
+    last task wins, and every run changes it twice (the play contradicts itself; nothing refuses that)."""
+    args = dict(interface="eth0", netns=pair.rx, object=drop_obj, mode="native", pin_root=pin_root)
+    same = [{"ebpf.xdp.xdp_program": args}, {"ebpf.xdp.xdp_program": args}]
+    assert [r["changed"] for r in task_results(playbook(inventory, same))] == [True, False]
+    assert [r["changed"] for r in task_results(playbook(inventory, same))] == [False, False]
+    other = [{"ebpf.xdp.xdp_program": args}, {"ebpf.xdp.xdp_program": dict(args, object=drop_v2)}]
+    results = task_results(playbook(inventory, other))
+    assert [r["changed"] for r in results] == [False, True]
+    results = task_results(playbook(inventory, other))
+    assert [r["changed"] for r in results] == [True, True] and xdp_witness(pair)[0] == results[1]["id"]

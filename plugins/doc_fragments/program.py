@@ -123,9 +123,9 @@ options:
         has been overwritten or deleted since. The revision it replaced becomes the previous one.
       - With V(previous), O(object), O(program), O(constants), O(shared_maps) and O(checksum) must not be given
         (the revision brings its own), and the revision's own mode or method, priority, handle and verdict
-        are used, whatever the task says (give O(interface), O(netns), O(pin_root) and, for tc, O(direction)).
+        are used, whatever the task says (give O(interface), O(netns), O(pin_root) and, for tc, the direction).
       - Rolling back is idempotent, it does not toggle; after a rollback, V(previous) again is no change (the
-        revision put back is marked RV(revision.rolled_back)). To go forward again, run the task with the new
+        revision put back says C(rolled_back) in RV(revision)). To go forward again, run the task with the new
         object; that is a new revision, and the rolled-back one becomes the previous.
       - With V(previous) and no previous revision (or no program of the collection) on the hook, or its object
         missing from O(object_store), the task fails and nothing is changed. Only objects are kept; a program

@@ -128,7 +128,9 @@ def module_rules(rules: dict) -> dict:
         if rule[:2] == ("state", "present") and "object" in rule[2]:
             rule = ("state", "present", tuple(rule[2]) + ("revision",), True)
         required_if.append(rule)
-    return dict(rules, required_if=required_if)
+    out = dict(rules)
+    out["required_if"] = required_if
+    return out
 
 
 # ---------------------------------------------------------------- the record's revision fields

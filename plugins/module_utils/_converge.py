@@ -327,6 +327,21 @@ class Converger:
 
     # ------------------------------------------------------------ absent
 
+    def clear_gone(self) -> dict:
+        """state: absent on a deleted interface: remove our pins for it, if any (see absent_without_interface)."""
+        stale = self.pins.exists()
+        if stale and not self.check_mode:
+            record = self.pins.record.read()
+            self.hook.cleanup()  # tc: the record of a clsact that went with the interface
+            self.pins.remove(keep_maps=self.desired.keep_maps)
+            if record and record.get("shared_maps"):
+                self.release_maps(record, None)
+        if stale:
+            self.warnings.append("%s does not exist (any more): its %s program went with it; ebpf.xdp's pins for it "
+                                 "%s removed" % (self.hook.ifname, self.hook.label,
+                                                 "would be" if self.check_mode else "were"))
+        return self._result(stale, {"attached": False}, {"attached": False})
+
     def _absent(self, observed: Observed) -> bool:
         stale = self.pins.exists() and not (self.desired.keep_maps and not self.pins.record.exists())
         action = plan_absent(observed, self.desired.force, stale)
@@ -487,6 +502,30 @@ class Converger:
         return placement
 
 
+def absent_without_interface(params: dict, check_mode: bool, make_hook: Callable) -> tuple[dict, list[str]] | None:
+    """state: absent for an interface that no longer exists (None when it does).
+
+    Its programs went with it; what can be left is ours in bpffs: a link to
+    no interface, the program and the maps, which keep them in memory. They
+    are cleared like stale pins, so a host whose interface was deleted
+    converges instead of failing on "does not exist" for ever.
+    """
+    with _netns.netns(params["netns"]), contextlib.ExitStack() as locks:
+        try:
+            _netns.ifindex(params["interface"])
+            return None
+        except _netns.NotFoundError:
+            pass
+        key = _netns.netns_key(params["netns"])
+        if not check_mode:
+            _pins.check_bpffs(params["pin_root"])
+            locks.enter_context(_pins.lock(key, params["interface"]))
+        converger = Converger(make_hook(params, 0, key), Desired.from_params(params), check_mode, netns_key=key)
+        result = dict(converger.clear_gone(), netns=params["netns"])
+    converger.release_sets()
+    return result, converger.warnings
+
+
 def converge_interface(params: dict, check_mode: bool, make_hook: Callable) -> tuple[dict, list[str]]:
     """Converge the hook make_hook(params, ifindex, netns_key) builds on params' interface and netns.
 
@@ -495,6 +534,10 @@ def converge_interface(params: dict, check_mode: bool, make_hook: Callable) -> t
     just changed it. Returns the result and the warnings.
     """
     _revisions.check_params(params)
+    if params["state"] == "absent":
+        gone = absent_without_interface(params, check_mode, make_hook)
+        if gone:
+            return gone
     ifname = params["interface"]
     shared = params.get("shared_maps")
     with _netns.netns(params["netns"]), contextlib.ExitStack() as locks:
@@ -505,6 +548,11 @@ def converge_interface(params: dict, check_mode: bool, make_hook: Callable) -> t
             _netns.ifindex(ifname)  # a missing interface fails before any lock or bpffs check
             _pins.check_bpffs(params["pin_root"])
             locks.enter_context(_pins.lock(key, ifname))
+        elif os.path.commonpath([params["pin_root"], _pins.BPFFS_MOUNT]) != _pins.BPFFS_MOUNT:
+            # Outside /sys/fs/bpf (what the toolchain role mounts) no earlier task makes pin_root bpffs: check mode
+            # answers as the run would, not "a program ebpf.xdp did not attach" for records it cannot see.
+            _netns.ifindex(ifname)
+            _pins.check_bpffs(params["pin_root"])
         if params.get("revision") == _revisions.PREVIOUS:
             # The revision put back brings its program, map set and placement; read under the interface lock.
             hook = make_hook(params, _netns.ifindex(ifname), key)

@@ -133,12 +133,27 @@ def test_interface_deleted_then_recreated_with_a_new_ifindex(direct, pair, drop_
     sh("ip", "-n", pair.rx, "link", "del", "eth0")
     res = direct("xdp_program", args)
     assert res["failed"] and "'eth0' does not exist" in res["msg"], res
-    gone = direct("xdp_program", dict(args, state="absent"))
-    assert gone["failed"] and "'eth0' does not exist" in gone["msg"], gone
     recreate_rx(pair)
     res = converges(direct, "xdp_program", args, expect_changed=True)
     assert res["ifindex"] != first["ifindex"] and xdp_witness(pair) == (res["id"], "native")
     assert res["maps"] == first["maps"] and len(our_links(res["pin_dir"])) == 1
+
+
+@pytest.mark.parametrize("module, extra", [("xdp_program", dict(mode="native")),
+                                           ("tc_program", dict(method="cls_bpf", program="tc_drop_count")),
+                                           ("tc_program", dict(method="tcx", program="tc_drop_count"))])
+def test_interface_deleted_for_good_then_absent(direct, pair, drop_obj, tc_obj, pin_root, module, extra):  # noqa
+    """Its program went with it; state absent clears what is left of ours (a link to no interface, the
+    program and maps it keeps in memory) instead of failing on "does not exist" for ever."""
+    obj = drop_obj if module == "xdp_program" else tc_obj
+    args = dict(interface="eth0", netns=pair.rx, **extra)
+    direct(module, dict(args, object=obj))
+    sh("ip", "-n", pair.rx, "link", "del", "eth0")
+    check = direct(module, dict(args, state="absent"), check=True)
+    assert check["changed"] and pins(pin_root), check
+    gone = converges(direct, module, dict(args, state="absent"), expect_changed=True)
+    assert gone["attached"] is False and "does not exist (any more)" in json.dumps(gone["warnings"]), gone
+    assert pins(pin_root) == [] and not os.path.exists(os.path.join(pin_root, pair.rx))
 
 
 def test_namespace_deleted_and_recreated_like_a_reboot_of_the_lab(direct, pair, drop_obj, pin_root):

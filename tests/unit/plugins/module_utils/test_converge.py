@@ -303,6 +303,19 @@ def test_mode_switch_reattaches(obj):
     assert result["interrupted"] is True
 
 
+def test_absent_on_a_deleted_interface_clears_our_pins_once(obj):
+    hook = FakeHook(NOTHING_THERE, record={"prog_id": 10})
+    desired = Desired.from_params(dict(state="absent", object=None, program=None, constants={}, force=False,
+                                       keep_maps=False))
+    assert Converger(hook, desired, True).clear_gone()["changed"] and hook.pins.exists(), "check mode: kept"
+    converger = Converger(hook, desired, False)
+    result = converger.clear_gone()
+    assert result["changed"] and not hook.pins.exists() and result["attached"] is False
+    assert "does not exist (any more)" in converger.warnings[0]
+    again = Converger(hook, desired, False)
+    assert again.clear_gone()["changed"] is False and not again.warnings
+
+
 def test_an_in_place_upgrade_is_not_interrupted(obj):
     hook = FakeHook(FOREIGN_NETLINK)
     result, warnings, _loads = converge(hook, obj, force=True)

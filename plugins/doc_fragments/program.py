@@ -34,6 +34,8 @@ options:
   state:
     description:
       - V(present) attaches (or upgrades) the program; V(absent) detaches it and removes its pins.
+      - V(absent) for an interface that no longer exists removes the pins left for it (its program went with it)
+        and reports a change once; V(present) fails on a missing interface.
     type: str
     choices: [present, absent]
     default: present

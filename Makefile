@@ -46,7 +46,7 @@ sanity:
 	bash scripts/sanity.sh
 
 lint:
-	ansible-lint --profile production roles playbooks molecule
+	ansible-lint --profile production roles playbooks molecule tests/integration/targets
 
 molecule: setup
 	bash scripts/molecule.sh

@@ -29,7 +29,8 @@ export CONTAINERS_CONF=${CONTAINERS_CONF:-$ROOT/molecule/containers.conf}
 # is rebuilt only when the hash differs.
 IMAGE=localhost/ebpf-xdp-debian:12
 IMAGE_SUITE=bookworm
-IMAGE_MIRROR=${MOLECULE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# The archive this machine's apt uses (a site mirror or proxy works here too); MOLECULE_DEBIAN_MIRROR overrides.
+IMAGE_MIRROR=${MOLECULE_DEBIAN_MIRROR:-$(debian_mirror)}
 IMAGE_INCLUDE=python3
 HASH_LABEL=io.github.ebpf-xdp.recipe
 

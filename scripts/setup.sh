@@ -10,6 +10,7 @@ ROOT=$PWD
 APT_PACKAGES=(
 	clang llvm libbpf1 libbpf-dev bpftool iproute2 python3-pyroute2
 	python3-venv netbase rsync git make iputils-ping util-linux
+	shellcheck # ansible-test sanity skips its shellcheck test (with a warning) when shellcheck is missing
 	netsniff-ng # trafgen, the reference in tests/benchmarks/generators.py
 	python3-prometheus-client prometheus # ebpf.xdp.xdp_metrics and its tests (promtool, a real scrape)
 	# backend: bcc (tests/integration/test_bcc_backend.py): bcc's Python binding, and headers to compile

@@ -43,7 +43,8 @@ READY="ebpf-xdp-vm: ssh is ready" # the guest's line on the serial console
 
 # The recipe.
 SUITE=bookworm
-MIRROR=${EBPF_XDP_VM_MIRROR:-http://deb.debian.org/debian}
+# The archive this machine's apt uses (a site mirror or proxy works here too); EBPF_XDP_VM_MIRROR overrides.
+MIRROR=${EBPF_XDP_VM_MIRROR:-$(debian_mirror)}
 # The system: systemd, udev, the stock kernel, sshd, Python (and python3-apt
 # for ansible.builtin.apt).
 INCLUDE=systemd-sysv,udev,kmod,initramfs-tools,linux-image-amd64,openssh-server,python3,python3-apt

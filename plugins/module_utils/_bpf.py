@@ -95,6 +95,33 @@ BTF_KIND_VAR = 14
 BTF_KIND_DATASEC = 15
 
 
+# libbpf's own error codes (enum libbpf_errno, 4000-4013): os.strerror knows none of them
+# ("Unknown error 4001"), so they are named here as libbpf_strerror() would, with what they mean for a user.
+LIBBPF_ERRNOS = {
+    4000: ("LIBBPF_ERRNO__LIBELF", "libelf could not read it"),
+    4001: ("LIBBPF_ERRNO__FORMAT", "not a BPF object (not an ELF file, or an ELF file that is not for BPF)"),
+    4002: ("LIBBPF_ERRNO__KVERSION", "incorrect or no 'version' section"),
+    4003: ("LIBBPF_ERRNO__ENDIAN", "endianness of the object does not match this host"),
+    4004: ("LIBBPF_ERRNO__INTERNAL", "internal error in libbpf"),
+    4005: ("LIBBPF_ERRNO__RELOC", "relocation failed"),
+    4006: ("LIBBPF_ERRNO__LOAD", "the kernel refused the program for an unknown reason"),
+    4007: ("LIBBPF_ERRNO__VERIFY", "the kernel verifier rejected the program"),
+    4008: ("LIBBPF_ERRNO__PROG2BIG", "program too big"),
+    4009: ("LIBBPF_ERRNO__KVER", "incorrect kernel version"),
+    4010: ("LIBBPF_ERRNO__PROGTYPE", "the kernel does not support this program type"),
+    4011: ("LIBBPF_ERRNO__WRNGPID", "wrong pid in netlink message"),
+    4012: ("LIBBPF_ERRNO__INVSEQ", "invalid netlink sequence"),
+    4013: ("LIBBPF_ERRNO__NLPARSE", "netlink parsing error"),
+}
+
+
+def strerror(err: int) -> str:
+    """What errno `err` means: the C library's text, or libbpf's for its own codes."""
+    if err in LIBBPF_ERRNOS:
+        return LIBBPF_ERRNOS[err][1]
+    return os.strerror(err)
+
+
 class BpfError(EbpfXdpError):
     """A libbpf or kernel failure: the operation and target, errno, and an optional log."""
 
@@ -102,8 +129,8 @@ class BpfError(EbpfXdpError):
         self.errno = err
         self.log = log or ""
         if err:
-            message = "%s: %s (errno %d %s)" % (
-                message, os.strerror(err), err, errno_mod.errorcode.get(err, ""))
+            name = LIBBPF_ERRNOS[err][0] if err in LIBBPF_ERRNOS else errno_mod.errorcode.get(err, "")
+            message = "%s: %s (errno %d %s)" % (message, strerror(err), err, name)
         super().__init__(message)
 
     def log_tail(self, lines: int = 30) -> list[str]:

@@ -678,6 +678,10 @@ class GroupManager:
                                  "does" % path)
             return {"object": path, "program": spec.get("program")}, True
         _loader.require_object(path)
+        if self.check_mode:
+            # Opening is not loading: check mode still finds a file that is no BPF object, or no such program.
+            with _bpf.BpfObject(path) as obj:
+                _loader.select_program(obj, spec.get("program"), "xdp", devmap=True)
         wanted = {"object": path, "object_sha256": sha256_file(path), "program": spec.get("program")}
         if all(current.get(k) == v for k, v in wanted.items()) and os.path.exists(pinned):
             with _bpf.Program.from_pin(pinned) as prog:

@@ -43,12 +43,29 @@ def _setns(fd: int) -> None:
         raise OSError(err, "setns: %s" % os.strerror(err))
 
 
+class BadNameError(EbpfXdpError):
+    """A namespace name that is a path rather than a name."""
+
+
+def check_name(name: str) -> None:
+    """Refuse a namespace name that would reach outside /run/netns (or into another pin directory).
+
+    A name is what `ip netns add` accepts: one path component, neither "." nor
+    "..". Without this, "../../proc/1/ns/net" is opened as a path and the
+    pin directory named after it escapes pin_root.
+    """
+    if "/" in name or name in (".", "..") or "\0" in name:
+        raise BadNameError("netns %r is not a network namespace name (a name under %s, as `ip netns list` shows; "
+                           "no '/', not '.' or '..')" % (name, NETNS_RUN_DIR))
+
+
 @contextlib.contextmanager
 def netns(name: str | None) -> Iterator[None]:
     """Run the body inside network namespace `name` (None: stay where we are)."""
     if not name:
         yield
         return
+    check_name(name)
     path = os.path.join(NETNS_RUN_DIR, name)
     try:
         target = os.open(path, os.O_RDONLY)
@@ -83,6 +100,7 @@ def netns_key(name: str | None = None) -> str:
     the inode number for an unnamed namespace.
     """
     if name:
+        check_name(name)
         return name
     current = _ns_inode("/proc/self/ns/net")
     if current is not None and current == _ns_inode("/proc/1/ns/net"):

@@ -47,7 +47,8 @@ from typing import Iterator
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
-DEFAULT_PIN_ROOT = "/sys/fs/bpf/ebpf_xdp"
+BPFFS_MOUNT = "/sys/fs/bpf"
+DEFAULT_PIN_ROOT = BPFFS_MOUNT + "/ebpf_xdp"
 BPF_FS_MAGIC = 0xCAFE4A11
 LOCK_DIR = "/run/ebpf_xdp/locks"
 RECORD_SIZE = 4096
@@ -291,7 +292,8 @@ def lock(netns_key: str, name: str) -> Iterator[None]:
     directory = os.path.join(LOCK_DIR, netns_key)
     # exist_ok: two first runs in a namespace may create it at the same moment.
     os.makedirs(directory, 0o700, exist_ok=True)
-    with open(os.path.join(directory, name + ".lock"), "w") as handle:
+    # Root's only, like the pins: whoever can open a lock can hold it and stall every run.
+    with os.fdopen(os.open(os.path.join(directory, name + ".lock"), os.O_WRONLY | os.O_CREAT, 0o600), "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

@@ -161,15 +161,24 @@ class Settings:
             raise TrafficgenError("vlan must be between 0 and 4095, not %d" % self.vlan)
         if not 1 <= self.batch_size <= MAX_BATCH:
             raise TrafficgenError("batch_size must be between 1 and %d, not %d" % (MAX_BATCH, self.batch_size))
-        try:
-            for mac in (self.dst_mac, self.src_mac):
-                if mac is not None:
+        # Each mistake names its option, as pktgen's settings do.
+        for option in ("dst_mac", "src_mac"):
+            mac = getattr(self, option)
+            if mac is not None:
+                try:
                     _frames.mac_bytes(mac)
-            self.ip_version = _frames.ip_version(self.src_ip)
-            if _frames.ip_version(self.dst_ip) != self.ip_version:
-                raise ValueError("src_ip %s and dst_ip %s are not of one IP version" % (self.src_ip, self.dst_ip))
-        except ValueError as exc:
-            raise TrafficgenError(str(exc))
+                except ValueError:
+                    raise TrafficgenError("%s %r is not a MAC address (six hex bytes separated by colons)"
+                                          % (option, mac))
+        versions = {}
+        for option in ("src_ip", "dst_ip"):
+            try:
+                versions[option] = _frames.ip_version(getattr(self, option))
+            except ValueError:
+                raise TrafficgenError("%s %r is not an IPv4 or IPv6 address" % (option, getattr(self, option)))
+        self.ip_version = versions["src_ip"]
+        if versions["dst_ip"] != self.ip_version:
+            raise TrafficgenError("src_ip %s and dst_ip %s are not of one IP version" % (self.src_ip, self.dst_ip))
         if self.size is None:
             self.size = self.min_size()
         if self.size < self.min_size() or self.size > 9000:

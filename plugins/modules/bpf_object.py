@@ -103,9 +103,16 @@ path:
   type: str
   sample: /var/lib/ebpf_xdp/xdp_drop_count.o
 sha256:
-  description: SHA-256 of the object.
+  description: SHA-256 of the object (hex).
   returned: success
   type: str
+checksum:
+  description:
+    - The same digest as V(sha256:<hex>), the form the O(ebpf.xdp.xdp_program#module:checksum) option of
+      M(ebpf.xdp.xdp_program) and M(ebpf.xdp.tc_program) takes, to pin in inventory.
+  returned: success
+  type: str
+  sample: sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08
 cache_hit:
   description: Whether the object came from the cache without running clang.
   returned: success
@@ -213,7 +220,7 @@ def main():
     except _bpf.BpfError as exc:
         _common.fail_from(module, exc)
     module.exit_json(changed=changed, cache_hit=cache_hit, path=dest or entry["path"], sha256=entry["sha256"],
-                     programs=programs, maps=maps, cmd=entry["argv"],
+                     checksum="sha256:" + entry["sha256"], programs=programs, maps=maps, cmd=entry["argv"],
                      diff=dict(before={"sha256": before_sha}, after={"sha256": entry["sha256"]}))
 
 

@@ -84,6 +84,18 @@ def run_distro(pin_root):
     return ModuleRunner(SYSTEM_PYTHON, pin_root)
 
 
+XDP_MODES = {1: "native", 2: "generic", 3: "offload"}
+
+
+def xdp_attached(ns, dev="eth0"):
+    """The XDP programs on dev by mode ({"native": id}), parsed from `ip -d -j link show`: an id compared
+    whole, never found as a substring of a line (id 12 is in "id 123")."""
+    out = json.loads(sh("ip", "-n", ns, "-d", "-j", "link", "show", "dev", dev).stdout)
+    xdp = out[0].get("xdp") or {}
+    attached = xdp.get("attached") or ([xdp] if xdp.get("prog") else [])
+    return {XDP_MODES.get(a["mode"], a["mode"]): a["prog"]["id"] for a in attached if a.get("prog")}
+
+
 class Pair(object):
     """Two namespaces joined by a veth: tx/eth0 <-> rx/eth0, no IPv6, no ARP."""
 
@@ -112,6 +124,12 @@ class Pair(object):
         """What `ip link` shows of the XDP program on eth0 (the witness)."""
         out = sh("ip", "-n", ns or self.rx, "-d", "link", "show", "eth0").stdout
         return " ".join(line.strip() for line in out.splitlines() if "prog/xdp" in line)
+
+    def xdp_prog_id(self, ns=None, dev="eth0"):
+        """The id of the one XDP program on dev (None without one), read exactly (see xdp_attached)."""
+        ids = list(xdp_attached(ns or self.rx, dev).values())
+        assert len(ids) <= 1, ids
+        return ids[0] if ids else None
 
     def ip_in_receives(self):
         """IP datagrams the receiver's stack has seen (Ip: InReceives)."""

@@ -6,17 +6,19 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, sh
+from conftest import ROOT, sh, xdp_attached
 
 PLAYBOOKS = os.path.join(ROOT, "playbooks")
 
 
-def playbook(*names, check=False):
+def playbook(*names, check=False, extra_vars=None):
     env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
                ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"))
     argv = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook")] + [os.path.join(PLAYBOOKS, n) for n in names]
     if check:
         argv.append("--check")
+    if extra_vars:
+        argv += ["-e", json.dumps(extra_vars)]
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
     out = json.loads(proc.stdout)
     failed = dict((h, s) for h, s in out["stats"].items() if s["failures"] or s["unreachable"])
@@ -55,35 +57,39 @@ def adhoc(pattern, name, args):
 
 
 @pytest.fixture
-def lab():
+def lab(tmp_path):
+    """The lab up, and the extra vars of a deploy that starts from an empty object directory, as a fresh host
+    does (the default /var/lib/ebpf_xdp/objects keeps what earlier runs compiled: a first check-mode run would
+    then find the objects it has to predict)."""
     playbook("lab_down.yml")
     playbook("lab_up.yml")
-    yield
+    yield {"xdp_deploy_object_dir": str(tmp_path / "objects")}
     playbook("lab_down.yml")
     assert not os.path.exists("/run/netns/receiver")
     assert not os.path.exists("/sys/fs/bpf/ebpf_xdp/receiver")
 
 
 def test_deploy_rhythm_and_witnesses(lab):
-    first_check = playbook("deploy_xdp.yml", check=True)
+    assert not os.path.exists(lab["xdp_deploy_object_dir"])
+    first_check = playbook("deploy_xdp.yml", check=True, extra_vars=lab)
+    assert not os.path.exists(lab["xdp_deploy_object_dir"]), "check mode compiled"
     assert changed(first_check)["receiver"] > 0
     assert "prog/xdp" not in sh("ip", "-n", "receiver", "link", "show", "eth0").stdout, "check mode attached"
 
-    first = playbook("deploy_xdp.yml")
+    first = playbook("deploy_xdp.yml", extra_vars=lab)
     assert changed(first)["receiver"] > 0
     shown = task_results(first, "Show the receiver's counters per IP protocol")["sender"]["msg"]
     assert "proto 6: 50 packets" in shown and "proto 17: 50 packets" in shown, shown
 
-    assert set(changed(playbook("deploy_xdp.yml", check=True)).values()) == {0}
-    second = playbook("deploy_xdp.yml")
+    assert set(changed(playbook("deploy_xdp.yml", check=True, extra_vars=lab)).values()) == {0}
+    second = playbook("deploy_xdp.yml", extra_vars=lab)
     assert set(changed(second).values()) == {0}
 
     # What the facts report is what the kernel shows.
     facts = task_results(second, "Read the receiver's counters after the burst")["sender"]["ansible_facts"]["xdp"]
     prog = facts["interfaces"]["eth0"]["xdp"]
     assert prog["protocols"] == {"tcp": 100, "udp": 100}
-    ip_link = sh("ip", "-n", "receiver", "link", "show", "eth0").stdout
-    assert "prog/xdp id %d" % prog["id"] in ip_link
+    assert list(xdp_attached("receiver").values()) == [prog["id"]]
     bpftool = json.loads(sh("ip", "netns", "exec", "receiver", "bpftool", "-j", "net", "show", "dev", "eth0").stdout)
     assert bpftool[0]["xdp"][0]["id"] == prog["id"] and bpftool[0]["xdp"][0]["mode"] == "driver"
 

@@ -8,6 +8,7 @@ venv's pyroute2 0.9, and under Debian's /usr/bin/python3 with its pyroute2
 
 import json
 import os
+import re
 import subprocess
 
 import pytest
@@ -55,6 +56,11 @@ def scenario(request):
     return run
 
 
+def has_id(witness, prog_id):
+    """`tc filter show` text names program prog_id: the number whole (id 12 is a substring of "id 123")."""
+    return prog_id in [int(m) for m in re.findall(r"\bid (\d+)\b", witness)]
+
+
 def assert_error(found, kind, *parts, err=None):
     assert found is not None, "expected a %s" % kind
     assert found["type"] == kind, found
@@ -94,7 +100,7 @@ def test_cls_bpf_attach_list_replace_delete(scenario, pair, tc_obj, direction):
     assert (attached["prio"], attached["handle"], attached["protocol"]) == (1, 1, "all")
     assert out["other_direction"] == []
     assert "handle 0x1 first direct-action" in out["witness_attached"]
-    assert "id %d " % first in out["witness_attached"]
+    assert has_id(out["witness_attached"], first)
 
     assert_error(out["duplicate"], "TcError", "add cls_bpf filter prio 1 handle 0x1 to %s of ifindex %d: "
                  "File exists (errno 17)" % (direction, index), err=17)
@@ -105,7 +111,7 @@ def test_cls_bpf_attach_list_replace_delete(scenario, pair, tc_obj, direction):
     assert replaced["prog_id"] == second and replaced["prog_id"] != first
     assert (replaced["prio"], replaced["handle"], replaced["name"]) == (1, 1, "second")
     assert out["replace_events"] == ["RTM_NEWTFILTER"]
-    assert "id %d " % second in out["witness_replaced"] and "id %d " % first not in out["witness_replaced"]
+    assert has_id(out["witness_replaced"], second) and not has_id(out["witness_replaced"], first)
 
     assert_error(out["wrong_kind"], "TcError", "delete u32 filter prio 1 handle 0x1",
                  "Invalid argument (errno 22)", "not a u32 filter", err=22)
@@ -140,7 +146,7 @@ def test_act_bpf_u32_attach_list_replace_delete(scenario, pair, tc_obj, directio
     assert (attached["prog_id"], attached["name"], attached["verdict"]) == (first, "first", "drop")
     assert [a["kind"] for a in attached["actions"]] == ["bpf"] and attached["actions"][0]["index"] >= 1
     assert out["other_direction"] == []
-    assert "id %d " % first in out["witness_attached"] and "default-action drop" in out["witness_attached"]
+    assert has_id(out["witness_attached"], first) and "default-action drop" in out["witness_attached"]
 
     assert_error(out["duplicate"], "TcError", "add act_bpf u32 filter prio 2 handle 0x1 to %s of ifindex %d"
                  % (direction, index), "File exists (errno 17)", err=17)
@@ -149,7 +155,7 @@ def test_act_bpf_u32_attach_list_replace_delete(scenario, pair, tc_obj, directio
     assert (replaced["prog_id"], replaced["name"], replaced["verdict"]) == (second, "second", "pass")
     assert replaced["handle"] == attached["handle"]
     assert "RTM_DELTFILTER" not in out["replace_events"] and "RTM_NEWTFILTER" in out["replace_events"]
-    assert "id %d " % second in out["witness_replaced"] and "id %d " % first not in out["witness_replaced"]
+    assert has_id(out["witness_replaced"], second) and not has_id(out["witness_replaced"], first)
     [again] = out["replaced_by_full_handle"]
     assert (again["prog_id"], again["verdict"], again["handle"]) == (first, "pipe", attached["handle"])
 

@@ -195,8 +195,8 @@ def test_receiver_role_rhythm(lab, tmp_path):
 # test_xdp_trafficgen*.py); here they must come through the role, before anything is compiled or sent.
 BAD = [
     ("unknown device", {"pktgen_sender_interface": "eth7"}, "interface 'eth7' does not exist"),
-    ("malformed MAC", {"pktgen_sender_dst_mac": "02:00"}, "invalid MAC address"),
-    ("malformed IP", {"pktgen_sender_dst_ip": "10.98.0"}, "invalid IP address '10.98.0'"),
+    ("malformed MAC", {"pktgen_sender_dst_mac": "02:00"}, "dst_mac '02:00' is not a MAC address"),
+    ("malformed IP", {"pktgen_sender_dst_ip": "10.98.0"}, "dst_ip '10.98.0' is not an IPv4 or IPv6 address"),
     ("size below the minimum", {"pktgen_sender_size": 59}, "size must be between 60 and 9000 bytes for udp over IPv4"),
     ("zero count", {"pktgen_sender_count": 0}, "count must be a positive number of frames per protocol, not 0"),
     ("negative count", {"pktgen_sender_count": -5}, "count must be a positive number of frames per protocol, not -5"),

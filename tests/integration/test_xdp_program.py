@@ -1,10 +1,11 @@
 """ebpf.xdp.xdp_program against the real kernel, on veth in namespaces."""
 
+import json
 import os
 
 import pytest
 
-from conftest import assert_rhythm, compile_bpf, sh
+from conftest import assert_rhythm, compile_bpf, sh, xdp_attached
 
 BAD_PROGRAM = r"""
 #include <linux/bpf.h>
@@ -56,9 +57,7 @@ def test_attach_rhythm_and_counts(run, pair, drop_obj, mode):
     first, second = assert_rhythm(run, "xdp_program", args)
     assert first["mode"] == mode and second["id"] == first["id"]
     # The witness agrees with what the module reported.
-    line = pair.xdp_line()
-    assert ("prog/xdp id %d" % first["id"]) in line, line
-    assert ("xdpgeneric" in sh("ip", "-n", pair.rx, "link", "show", "eth0").stdout) == (mode == "generic")
+    assert xdp_attached(pair.rx) == {mode: first["id"]}
 
     sent = pair.burst(run, count=40, protocols=("udp", "tcp", "icmp"))
     facts = run("xdp_facts", dict(netns=pair.rx))["ansible_facts"]["xdp"]
@@ -131,8 +130,8 @@ def test_absent_keep_maps_then_reattach_continues_counting(run_distro, pair, dro
 def test_attachment_outlives_the_module(run_distro, pair, drop_obj):
     res = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj))
     # The module process is gone; the kernel still runs the program through the pinned link.
-    out = sh("ip", "netns", "exec", pair.rx, "bpftool", "net", "show", "dev", "eth0").stdout
-    assert "id %d" % res["id"] in out, out
+    out = json.loads(sh("ip", "netns", "exec", pair.rx, "bpftool", "-j", "net", "show", "dev", "eth0").stdout)
+    assert [p["id"] for p in out[0]["xdp"]] == [res["id"]], out
 
 
 # ------------------------------------------------------------------ bad input
@@ -202,7 +201,7 @@ def test_verifier_rejection_keeps_the_old_program(run_distro, pair, drop_obj, tm
         assert res["failed"], res
         assert "rejected" in res["msg"] and res["verifier_log_tail"], res
         assert any("invalid access to packet" in line for line in res["verifier_log_tail"]), res
-    assert ("prog/xdp id %d" % good["id"]) in pair.xdp_line()
+    assert pair.xdp_prog_id() == good["id"]
     assert pins(pin_root) == before
 
 
@@ -256,7 +255,7 @@ def test_force_takes_over_a_netlink_program_atomically(run_distro, pair, drop_ob
     # An upgrade of a netlink-held program replaces it with XDP_FLAGS_REPLACE.
     up = assert_rhythm(run_distro, "xdp_program", dict(args, constants={"xdp_action": 2}))[0]
     assert up["attach"] == "netlink" and up["id"] != res["id"]
-    assert ("prog/xdp id %d" % up["id"]) in pair.xdp_line()
+    assert pair.xdp_prog_id() == up["id"]
     gone = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, state="absent"))
     assert gone["changed"] and pair.xdp_line() == "" and pins(pin_root) == []
 
@@ -276,7 +275,7 @@ def test_interpreter_without_pyroute2_respawns_under_system_python(pair, drop_ob
     bare = ModuleRunner(str(venv / "bin" / "python3"), pin_root)
     res = bare("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj))
     assert res["changed"] and res["attached"], res
-    assert ("prog/xdp id %d" % res["id"]) in pair.xdp_line()
+    assert pair.xdp_prog_id() == res["id"]
     facts = bare("xdp_facts", dict(netns=pair.rx))
     assert facts["ansible_facts"]["xdp"]["interfaces"]["eth0"]["xdp"]["id"] == res["id"], facts
 
@@ -290,7 +289,7 @@ def test_concurrent_runs_on_one_interface_are_serialised(run_distro, pair, drop_
     assert not any(r.get("failed") for r in results), [r.get("msg") for r in results]
     assert sorted(r["changed"] for r in results) == [False, True], results
     assert results[0]["id"] == results[1]["id"]
-    assert ("prog/xdp id %d" % results[0]["id"]) in pair.xdp_line()
+    assert pair.xdp_prog_id() == results[0]["id"]
 
 
 def test_program_name_may_be_omitted(run_distro, pair, drop_obj):
@@ -308,8 +307,7 @@ def test_failed_mode_switch_puts_the_old_program_back(run_distro, pair, drop_obj
     first = run_distro("xdp_program", dict(base, mode="generic"))
     res = run_distro("xdp_program", dict(base, mode="native"))
     assert res["failed"] and "no native XDP support" in res["msg"], res
-    lo = sh("ip", "-n", pair.rx, "link", "show", "lo").stdout
-    assert "xdpgeneric" in lo and ("prog/xdp id %d" % first["id"]) in lo, lo
+    assert xdp_attached(pair.rx, "lo") == {"generic": first["id"]}
     again = run_distro("xdp_program", dict(base, mode="generic"))
     assert again["changed"] is False and again["id"] == first["id"], again
 
@@ -360,6 +358,6 @@ def test_interface_constants_resolve_in_the_namespace_and_follow_a_recreated_tar
     sh("ip", "-n", pair.rx, "link", "del", "tgt0")
     res = run_distro("xdp_program", args)
     assert res["failed"] and "constant target_ifindex: interface 'tgt0' does not exist" in res["msg"], res
-    assert ("prog/xdp id %d" % again["id"]) in pair.xdp_line(), "a failed run leaves the program in place"
+    assert pair.xdp_prog_id() == again["id"], "a failed run leaves the program in place"
     res = run_distro("xdp_program", dict(args, constants={"target_ifindex": {"name": "tgt0"}}))
     assert res["failed"] and "give a number, a boolean, or {ifindex: INTERFACE}" in res["msg"], res

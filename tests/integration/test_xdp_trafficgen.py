@@ -35,7 +35,7 @@ def test_bad_input(run_distro, pair):
     res = run_distro("xdp_trafficgen", dict(base, interface="eth7"))
     assert res["failed"] and "'eth7' does not exist" in res["msg"]
     res = run_distro("xdp_trafficgen", dict(base, dst_mac="02:00"))
-    assert res["failed"] and "invalid MAC address" in res["msg"]
+    assert res["failed"] and res["msg"] == "dst_mac '02:00' is not a MAC address (six hex bytes separated by colons)"
     res = run_distro("xdp_trafficgen", base, no_caps=True)
     assert res["failed"] and "needs CAP_NET_RAW, CAP_SYS_ADMIN" in res["msg"]
 

@@ -321,8 +321,8 @@ def test_auto_picks_xdp_only_where_frames_can_go(run_distro, pair, drop_obj, tg_
 
 @pytest.mark.parametrize("args,words", [
     (dict(interface="eth7"), "interface 'eth7' does not exist"),
-    (dict(dst_ip="10.99.0"), "invalid IP address '10.99.0'"),
-    (dict(src_mac="02:00:00:00:00"), "invalid MAC address"),
+    (dict(dst_ip="10.99.0"), "dst_ip '10.99.0' is not an IPv4 or IPv6 address"),
+    (dict(src_mac="02:00:00:00:00"), "src_mac '02:00:00:00:00' is not a MAC address"),
     (dict(src_ip="fd00::1", dst_ip="fd00::2", size=60), "size must be between 62 and 9000 bytes for udp over IPv6"),
     (dict(size=1600), "size must be between 60 and 1514 bytes for udp over IPv4 on eth0 (MTU 1500)"),
     (dict(count=0), "count must be a positive number of frames per protocol, not 0"),

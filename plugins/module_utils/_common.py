@@ -57,19 +57,31 @@ PIN_ROOT_ARGS = dict(
 SYSTEM_INTERPRETERS = ["/usr/bin/python3", "/usr/libexec/platform-python", "/usr/bin/python"]
 
 
-def require_libraries(module, libbpf: bool = True, pyroute2: bool = True) -> None:
-    """Fail with missing_required_lib when a needed binding is absent."""
+def require_libraries(module, libbpf: bool = True, pyroute2: bool = True, predicts: bool = True) -> None:
+    """Fail with missing_required_lib when a needed binding is absent; in check mode, a module that changes
+    things (predicts) predicts a change instead (see _missing_in_check_mode)."""
     if pyroute2:
-        _require_pyroute2(module)
+        _require_pyroute2(module, predicts)
     if libbpf:
         try:
             _bpf.lib()
         except ImportError as exc:
+            if predicts:
+                _missing_in_check_mode(module, "libbpf")
             module.fail_json(msg=missing_required_lib("libbpf >= 1.0 (Debian: libbpf1)") + " " + str(exc),
                              exception=traceback.format_exc())
 
 
-def _require_pyroute2(module) -> None:
+def _missing_in_check_mode(module, library: str) -> None:
+    """Check mode on a fresh host: the toolchain role earlier in the play would have installed the library,
+    had the play run for real, so predict a change (as for an object not compiled yet) rather than fail."""
+    if module.check_mode:
+        module.warn("%s is not installed yet; check mode assumes an earlier task (the ebpf.xdp.toolchain role) "
+                    "installs it, and that this task would then change something" % library)
+        module.exit_json(changed=True)
+
+
+def _require_pyroute2(module, predicts: bool = True) -> None:
     """An interpreter without pyroute2 (a virtualenv, say) hands the module over
     to the system Python when that one has it, as ansible.posix does for selinux.
     """
@@ -80,6 +92,8 @@ def _require_pyroute2(module) -> None:
         if interpreter:
             respawn_module(interpreter)
     if not _netlink.HAS_PYROUTE2:
+        if predicts:
+            _missing_in_check_mode(module, "pyroute2")
         module.fail_json(msg=missing_required_lib("pyroute2 (Debian: python3-pyroute2)"),
                          exception=_netlink.PYROUTE2_IMPORT_ERROR)
 

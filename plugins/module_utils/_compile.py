@@ -141,6 +141,7 @@ class ObjectCache:
         """
         obj, manifest_path = self.paths(key)
         directory = os.path.dirname(obj)
+        made = not os.path.isdir(directory)
         os.makedirs(directory, 0o755, exist_ok=True)  # concurrent compiles share the cache
         tmp = tempfile.mkdtemp(prefix=".build-", dir=directory)
         try:
@@ -168,8 +169,15 @@ class ObjectCache:
             with open(manifest_path + ".tmp", "w") as handle:
                 json.dump(manifest, handle, indent=1, sort_keys=True)
             os.rename(manifest_path + ".tmp", manifest_path)
-        finally:
+        except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
+            if made:
+                try:
+                    os.rmdir(directory)  # a failed compile leaves the cache as it was (unless another one uses it)
+                except OSError:
+                    pass
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
         manifest["path"] = obj
         return manifest
 

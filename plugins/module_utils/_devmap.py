@@ -752,6 +752,11 @@ def converge(params: dict, check_mode: bool) -> tuple[dict, list[str]]:
         manager = GroupManager(wanted, params["pin_root"], key, check_mode)
         if check_mode:
             result = manager.run()
+        elif not os.path.isdir(manager.set_dir):
+            # No such set: run() answers (nothing to remove, or "attach the multicast program first") without
+            # a lock, whose file would stay behind for a set that does not exist.
+            _pins.check_bpffs(params["pin_root"])
+            result = manager.run()
         else:
             _pins.check_bpffs(params["pin_root"])
             # The set's lock: attachments loading into the set, other groups' id choices and writes wait.

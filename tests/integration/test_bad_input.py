@@ -1,0 +1,388 @@
+"""The bad-input matrix: every module, each mistake a new user makes, the exact message, and a host left alone.
+
+One host (a Pair of namespaces) is set up once for the file with a program of
+every kind already there: xdp_drop_count (XDP) and tc_drop_count (cls_bpf) on
+rx/eth0, xdp_multicast with a shared map set and one group on tx/eth0. Each
+case then runs in check mode and for real, must fail with its message
+(matched in full, or by a regex of the whole message), and must leave the
+host as it was: the program ids the kernel reports (ip -j, tc -j), the pin
+tree (names, modes, inodes, the contents of every pinned map and record), the
+lock directories of both namespaces, and the object and cache directories (no
+temporary file left next to them).
+"""
+
+import hashlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+
+import pytest
+
+import pin_snapshot
+from conftest import BPF_DIR, PIN_ROOT_BASE, ROOT, VENV_PYTHON, ModuleRunner, Pair, compile_bpf
+
+INCLUDE = os.path.join(BPF_DIR, "include")
+SET = "badinput"
+WRONG = "sha256:" + "0" * 64
+NOT_ELF = re.compile(re.escape("open BPF object /etc/passwd: not a BPF object (not an ELF file, or an ELF file that is "
+                               "not for BPF) (errno 4001 LIBBPF_ERRNO__FORMAT); last lines of the log:\n")
+                     + ".*" + re.escape("'/etc/passwd' is not a proper ELF object"), re.S)
+
+
+class Host:
+    """The namespaces, objects and pin root every case works on."""
+
+    def __init__(self, tmp):
+        self.pair = Pair()
+        self.tx, self.rx = self.pair.tx, self.pair.rx
+        self.pin_root = "%s/bad-%s" % (PIN_ROOT_BASE, uuid.uuid4().hex[:8])
+        self.objects = str(tmp / "objects")
+        self.cache = str(tmp / "cache")
+        os.makedirs(self.objects)
+        os.makedirs(self.cache)
+        self.run = ModuleRunner(VENV_PYTHON, self.pin_root)
+        self.drop = self.objects + "/xdp_drop_count.o"
+        self.tc = self.objects + "/tc_redirect.o"
+        self.mcast = self.objects + "/xdp_multicast.o"
+        self.broken = self.objects + "/broken.bpf.c"
+        self.drop_map = None
+
+    def up(self):
+        self.pair.up()
+        for src, out in (("xdp_drop_count", self.drop), ("tc_redirect", self.tc), ("xdp_multicast", self.mcast)):
+            compile_bpf(os.path.join(BPF_DIR, src + ".bpf.c"), out, [INCLUDE])
+        with open(self.broken, "w") as handle:
+            handle.write("int f(void) { return missing; }\n")
+        self.ok("xdp_program", interface="eth0", netns=self.rx, object=self.drop, mode="native",
+                constants={"xdp_action": 2})
+        if not os.environ.get("BAD_INPUT_NO_TC"):
+            self.ok("tc_program", interface="eth0", netns=self.rx, object=self.tc, program="tc_drop_count",
+                    method="cls_bpf", constants={"tc_action": 0})
+        res = self.ok("xdp_program", interface="eth0", netns=self.tx, object=self.mcast, program="xdp_multicast",
+                      shared_maps=SET, mode="generic")
+        assert res["maps"], res
+        self.ok("devmap_group", netns=self.tx, name="video", shared_maps=SET, members=["eth0"],
+                addresses=["239.1.1.1"], pin_root=self.pin_root)
+        self.drop_map = os.path.join(self.pin_root, self.rx, "eth0", "xdp", "maps", "proto_count")
+        assert os.path.exists(self.drop_map)
+
+    def down(self):
+        self.pair.down()
+        shutil.rmtree(self.pin_root, ignore_errors=True)
+
+    def ok(self, module, **args):
+        res = self.run(module, args)
+        assert not res.get("failed") and res.get("changed"), res
+        return res
+
+    # ------------------------------------------------------------ what "unchanged" means
+
+    def where(self):
+        """What snapshot() needs, for the snapshot task inside the playbook."""
+        return {"namespaces": [self.tx, self.rx], "pin_root": self.pin_root, "objects": self.objects,
+                "cache": self.cache}
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    h = Host(tmp_path_factory.mktemp("bad_input"))
+    try:
+        h.up()
+        yield h
+    finally:
+        h.down()
+
+
+# ---------------------------------------------------------------- the cases
+
+
+class Warned(str):
+    """Check mode succeeds with this warning: an earlier task of the same play may still create what is missing."""
+
+
+# (id, module, args with {rx}/{tx}/{drop}/... placeholders, the message: a string matched in full, or a compiled
+# regex matched against the whole message). A case whose check mode answers differently gives a dict
+# {"check": ..., "run": ...}; a check-mode answer of None succeeds, Warned(...) succeeds with that warning.
+
+CASES = [
+    # xdp_program
+    ("xdp-not-elf", "xdp_program", dict(interface="eth0", netns="{rx}", object="/etc/passwd"), NOT_ELF),
+    ("xdp-netns-path", "xdp_program", dict(interface="eth0", netns="../../proc/1/ns/net", object="{drop}"),
+     "netns '../../proc/1/ns/net' is not a network namespace name (a name under /run/netns, as `ip netns list` "
+     "shows; no '/', not '.' or '..')"),
+    ("xdp-no-netns", "xdp_program", dict(interface="eth0", netns="nosuch-ns-{tag}", object="{drop}"),
+     "network namespace 'nosuch-ns-{tag}' does not exist (no /run/netns/nosuch-ns-{tag})"),
+    ("xdp-no-interface", "xdp_program", dict(interface="nosuch0", netns="{rx}", object="{drop}"),
+     "interface 'nosuch0' does not exist in this network namespace"),
+    ("xdp-no-program", "xdp_program", dict(interface="eth0", netns="{rx}", object="{drop}", program="xdp_nosuch"),
+     "program 'xdp_nosuch' is not in {drop}; it has: xdp_drop_count"),
+    ("xdp-wrong-type", "xdp_program", dict(interface="eth0", netns="{rx}", object="{tc}", program="tc_drop_count"),
+     "program 'tc_drop_count' in {tc} is a sched_cls program, not xdp; XDP programs are in SEC(\"xdp\")"),
+    ("xdp-no-xdp-program", "xdp_program", dict(interface="eth0", netns="{rx}", object="{tc}"),
+     "{tc} has 0 XDP programs (none); name one with program:"),
+    ("xdp-bad-mode", "xdp_program", dict(interface="eth0", netns="{rx}", object="{drop}", mode="offload"),
+     "value of mode must be one of: native, generic, auto, got: offload"),
+    ("xdp-no-object", "xdp_program", dict(interface="eth0", netns="{rx}"),
+     re.compile(r"state is present but any of the following are missing: object(, \w+)*")),
+    ("xdp-missing-object", "xdp_program", dict(interface="eth0", netns="{rx}", object="{objects}/nosuch.o"),
+     {"check": Warned("object {objects}/nosuch.o does not exist yet; it would be attached once it does"),
+      "run": "object file {objects}/nosuch.o does not exist; compile it with ebpf.xdp.bpf_object"}),
+    ("xdp-unknown-constant", "xdp_program",
+     dict(interface="eth0", netns="{rx}", object="{drop}", constants={"xdp_actoin": 2}),
+     "{drop} has no const volatile setting named xdp_actoin; it has: xdp_action"),
+    ("xdp-constant-not-a-setting", "xdp_program",
+     dict(interface="eth0", netns="{rx}", object="{drop}", constants={"xdp_action": {"value": 2}}),
+     "constant xdp_action: {{'value': 2}} is not a setting; give a number, a boolean, or {{ifindex: INTERFACE}}"),
+    ("xdp-constant-no-interface", "xdp_program",
+     dict(interface="eth0", netns="{rx}", object="{drop}", constants={"xdp_action": {"ifindex": "nosuch1"}}),
+     "constant xdp_action: interface 'nosuch1' does not exist in this network namespace"),
+    ("xdp-constant-too-big", "xdp_program",
+     dict(interface="eth0", netns="{rx}", object="{drop}", constants={"xdp_action": 2 ** 40}),
+     "setting xdp_action=1099511627776 does not fit its 4-byte variable"),
+    ("xdp-checksum-wrong", "xdp_program", dict(interface="eth0", netns="{rx}", object="{drop}", checksum=WRONG),
+     "object {drop} does not match its checksum: expected %s, found sha256:{drop_sha}; nothing was loaded" % WRONG),
+    ("xdp-checksum-md5", "xdp_program", dict(interface="eth0", netns="{rx}", object="{drop}", checksum="md5:00"),
+     "checksum 'md5:00' is not sha256:<64 hex digits> (the digest ebpf.xdp.bpf_object returns as checksum)"),
+    ("xdp-checksum-short", "xdp_program",
+     dict(interface="eth0", netns="{rx}", object="{drop}", checksum="sha256:abc"),
+     "checksum 'sha256:abc': a sha256 digest is 64 hex digits, not 'abc'"),
+    ("xdp-shared-maps-path", "xdp_program",
+     dict(interface="eth0", netns="{rx}", object="{drop}", shared_maps="../x"),
+     "shared_maps '../x' is not a usable name: give one word without '/'"),
+    ("xdp-pin-root-not-bpffs", "xdp_program",
+     dict(interface="eth0", netns="{rx}", object="{drop}", pin_root="{objects}/pins"),
+     "{objects}/pins is not on a BPF filesystem (bpffs); mount it with 'mount -t bpf bpf /sys/fs/bpf' or apply "
+     "the ebpf.xdp.toolchain role"),
+    # tc_program
+    ("tc-bad-direction", "tc_program", dict(interface="eth0", netns="{rx}", object="{tc}", direction="sideways"),
+     "value of direction must be one of: ingress, egress, got: sideways"),
+    ("tc-bad-method", "tc_program", dict(interface="eth0", netns="{rx}", object="{tc}", method="xdp"),
+     "value of method must be one of: tcx, cls_bpf, act_bpf, auto, got: xdp"),
+    ("tc-priority-range", "tc_program",
+     dict(interface="eth0", netns="{rx}", object="{tc}", program="tc_drop_count", priority=70000),
+     "priority must be between 1 and 65535, not 70000"),
+    ("tc-handle-range", "tc_program",
+     dict(interface="eth0", netns="{rx}", object="{tc}", program="tc_drop_count", method="act_bpf", handle=5000),
+     "handle must be between 1 and 4095 for method act_bpf, not 5000"),
+    ("tc-wrong-type", "tc_program", dict(interface="eth0", netns="{rx}", object="{drop}"),
+     "{drop} has 0 tc classifier programs (none); name one with program:"),
+    ("tc-ambiguous", "tc_program", dict(interface="eth0", netns="{rx}", object="{tc}"),
+     "{tc} has 4 tc classifier programs (redirect_xmit, redirect_ingress, clone_redirect_xmit, tc_drop_count); "
+     "name one with program:"),
+    ("tc-not-elf", "tc_program",
+     dict(interface="eth0", netns="{rx}", object="/etc/passwd", program="tc_drop_count", method="cls_bpf"), NOT_ELF),
+    ("tc-no-interface", "tc_program",
+     dict(interface="nosuch0", netns="{rx}", object="{tc}", program="tc_drop_count"),
+     "interface 'nosuch0' does not exist in this network namespace"),
+    ("tc-checksum-wrong", "tc_program",
+     dict(interface="eth0", netns="{rx}", object="{tc}", program="tc_drop_count", checksum=WRONG),
+     "object {tc} does not match its checksum: expected %s, found sha256:{tc_sha}; nothing was loaded" % WRONG),
+    # xdp_facts
+    ("facts-no-interface", "xdp_facts", dict(netns="{rx}", interfaces=["nosuch0"]),
+     "interface nosuch0 does not exist in this network namespace"),
+    ("facts-negative-rate", "xdp_facts", dict(netns="{rx}", rate_interval=-1), "rate_interval must not be negative"),
+    ("facts-netns-path", "xdp_facts", dict(netns="a/b"),
+     "netns 'a/b' is not a network namespace name (a name under /run/netns, as `ip netns list` shows; "
+     "no '/', not '.' or '..')"),
+    # xdp_trafficgen
+    ("gen-bad-ip", "xdp_trafficgen", dict(interface="eth0", netns="{tx}", src_ip="10.0.0.1", dst_ip="10.0.0.300"),
+     "dst_ip '10.0.0.300' is not an IPv4 or IPv6 address"),
+    ("gen-bad-mac", "xdp_trafficgen",
+     dict(interface="eth0", netns="{tx}", src_ip="10.0.0.1", dst_ip="10.0.0.2", dst_mac="02:00:zz:00:00:01"),
+     "dst_mac '02:00:zz:00:00:01' is not a MAC address (six hex bytes separated by colons)"),
+    ("gen-mixed-families", "xdp_trafficgen",
+     dict(interface="eth0", netns="{tx}", src_ip="10.0.0.1", dst_ip="fe80::1"),
+     "src_ip 10.0.0.1 and dst_ip fe80::1 are not of one IP version"),
+    ("gen-bad-cpu", "xdp_trafficgen",
+     dict(interface="eth0", netns="{tx}", src_ip="10.0.0.1", dst_ip="10.0.0.2", count=10, cpus=[4096]),
+     re.compile(r"CPU 4096 is not one this task may run on \(allowed: [0-9,-]+\)")),
+    ("gen-port-range", "xdp_trafficgen",
+     dict(interface="eth0", netns="{tx}", src_ip="10.0.0.1", dst_ip="10.0.0.2", src_port=100, src_port_max=10),
+     "src_port_max (10) must not be below src_port (100)"),
+    ("gen-no-interface", "xdp_trafficgen",
+     dict(interface="nosuch0", netns="{tx}", src_ip="10.0.0.1", dst_ip="10.0.0.2", count=10),
+     "interface 'nosuch0' does not exist in this network namespace"),
+    ("gen-bad-protocol", "xdp_trafficgen",
+     dict(interface="eth0", netns="{tx}", src_ip="10.0.0.1", dst_ip="10.0.0.2", protocols=["sctp"]),
+     "value of protocols must be one or more of: udp, tcp, icmp. Got no match for: sctp"),
+    # pktgen
+    ("pktgen-no-count", "pktgen", dict(interface="eth0", netns="{tx}", dst_ip="10.0.0.2", dst_mac="02:00:00:00:00:01"),
+     "one of the following is required: count, duration"),
+    ("pktgen-bad-mac", "pktgen", dict(interface="eth0", netns="{tx}", dst_ip="10.0.0.2", dst_mac="nope", count=10),
+     "dst_mac 'nope' is not a MAC address (six hex bytes separated by colons)"),
+    ("pktgen-rate-and-ratep", "pktgen",
+     dict(interface="eth0", netns="{tx}", dst_ip="10.0.0.2", dst_mac="02:00:00:00:00:01", count=10, rate=10,
+          ratep=10),
+     "give one of delay, rate and ratep: each sets pktgen's gap between packets (given: rate, ratep)"),
+    ("pktgen-no-pktgen", "pktgen",
+     dict(interface="eth0", netns="{tx}", dst_ip="10.0.0.2", dst_mac="02:00:00:00:00:01", count=10),
+     re.compile(r"this kernel \(\S+\) has no pktgen: `modprobe (--dry-run )?pktgen` failed \(.*\) and there is no "
+                r"/proc/net/pktgen; pktgen needs CONFIG_NET_PKTGEN \(Debian's stock kernels ship it as the module "
+                r"pktgen\)")),
+    # bpf_map_entry
+    ("map-no-pin", "bpf_map_entry", dict(path="{pin_root}/nosuch", entries=[{"key": 0, "value": 1}]),
+     "no pinned map at {pin_root}/nosuch: nothing is pinned there"),
+    ("map-not-bpffs", "bpf_map_entry", dict(path="/etc/passwd", entries=[{"key": 0, "value": 1}]),
+     "/etc/passwd is not a pinned BPF object (not on bpffs), not a pinned map"),
+    ("map-a-program", "bpf_map_entry", dict(path="{rx_prog}", entries=[{"key": 0, "value": 1}]),
+     "{rx_prog} is a pinned prog, not a map"),
+    ("map-key-out-of-range", "bpf_map_entry", dict(path="{drop_map}", entries=[{"key": 4096, "value": 1}]),
+     "entries[0].key: 4096 is out of range for proto_count, a percpu_array of 256 entries (0..255)"),
+    ("map-key-not-a-number", "bpf_map_entry", dict(path="{drop_map}", entries=[{"key": "udp", "value": 1}]),
+     "entries[0].key: 'udp' is not a value for __u32; give an integer, {{ifindex: NAME}}, an IP or MAC address, "
+     "or {{hex: BYTES}}"),
+    ("map-value-too-big", "bpf_map_entry", dict(path="{drop_map}", entries=[{"key": 1, "value": 2 ** 70}]),
+     "entries[0].value: 1180591620717411303424 is out of range for __u64 (0..18446744073709551615)"),
+    ("map-netns-path", "bpf_map_entry", dict(path="{drop_map}", netns="..", entries=[{"key": 1, "value": 1}]),
+     "netns '..' is not a network namespace name (a name under /run/netns, as `ip netns list` shows; "
+     "no '/', not '.' or '..')"),
+    # devmap_group
+    ("group-no-member", "devmap_group",
+     dict(netns="{tx}", name="video", shared_maps=SET, members=["nosuch0"]),
+     "member nosuch0: no such interface in network namespace {tx}"),
+    ("group-unicast-address", "devmap_group",
+     dict(netns="{tx}", name="video", shared_maps=SET, members=["eth0"], addresses=["10.0.0.1"]),
+     "address 10.0.0.1 is not a multicast address; a group takes IPv4 224.0.0.0/4, IPv6 ff00::/8 or a multicast "
+     "MAC"),
+    ("group-no-set", "devmap_group", dict(netns="{tx}", name="video", shared_maps="nosuch", members=["eth0"]),
+     {"check": Warned("map set nosuch does not exist yet in {pin_root}/{tx}/shared_maps/nosuch; the group would "
+                      "be created once the multicast program is attached with shared_maps: nosuch"),
+      "run": re.compile(re.escape("map set 'nosuch' has no pinned mcast_groups, mcast_addrs, mcast_config, "
+                                  "mcast_frames, mcast_copies, mcast_port_mac in ")
+                        + r"\S+/shared_maps/nosuch: attach the multicast program with shared_maps: nosuch first.*")}),
+    ("group-id-range", "devmap_group", dict(netns="{tx}", id=100000, shared_maps=SET, members=["eth0"]),
+     "group id 100000 is out of range: ids run from 1 to 255 (0 means no group)"),
+    ("group-no-name", "devmap_group", dict(netns="{tx}", shared_maps=SET),
+     "one of the following is required: name, id"),
+    ("group-egress-not-elf", "devmap_group",
+     dict(netns="{tx}", name="video", shared_maps=SET, members=["eth0"], egress_program={"object": "/etc/passwd"}),
+     NOT_ELF),
+    # bpf_object
+    ("object-no-source", "bpf_object", dict(src="{objects}/nosuch.bpf.c", cache_dir="{cache}"),
+     {"check": Warned("source {objects}/nosuch.bpf.c does not exist yet; it would be compiled once it does"),
+      "run": "source {objects}/nosuch.bpf.c does not exist"}),
+    ("object-compile-error", "bpf_object", dict(src="{broken}", dest="{objects}/broken.o", cache_dir="{cache}"),
+     # Check mode does not run clang: it cannot know (and says it would compile).
+     {"check": None,
+      "run": re.compile(r"clang failed to compile \(exit 1\):\n\S+/broken\.bpf\.c:1:22: error: use of undeclared "
+                        r"identifier 'missing'\n.*1 error generated\.", re.S)}),
+    ("object-no-clang", "bpf_object", dict(src="{broken}", clang="clang-nosuch", cache_dir="{cache}"),
+     "clang-nosuch not found; install clang (the ebpf.xdp.toolchain role does)"),
+]
+
+
+def fill(value, names):
+    if isinstance(value, Warned):
+        return Warned(value.format(**names))
+    if isinstance(value, str):
+        return value.format(**names)
+    if isinstance(value, dict):
+        return {k: fill(v, names) for k, v in value.items()}
+    if isinstance(value, list):
+        return [fill(v, names) for v in value]
+    return value
+
+
+def names_of(host):
+    return {"rx": host.rx, "tx": host.tx, "drop": host.drop, "tc": host.tc, "mcast": host.mcast,
+            "objects": host.objects, "cache": host.cache, "broken": host.broken, "pin_root": host.pin_root,
+            "drop_map": host.drop_map, "rx_prog": os.path.join(host.pin_root, host.rx, "eth0", "xdp", "prog"),
+            "tag": "x", "drop_sha": sha256(host.drop), "tc_sha": sha256(host.tc)}
+
+
+def sha256(path):
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+PIN_MODULES = ("xdp_program", "tc_program", "xdp_facts", "devmap_group")
+
+
+def playbook(host, check):
+    """Every case as a task (ignore_errors), each followed by a snapshot of the host; run once, check or not.
+
+    One playbook instead of one `ansible` per case: the controller starts once (each start costs ~1 s of CPU,
+    and the matrix runs each case twice), and the snapshots run on the host between the tasks.
+    """
+    names = names_of(host)
+    snap = "PYTHONPATH=%s %s %s %s" % (shlex.quote(os.path.join(ROOT, ".build", "collections")), sys.executable,
+                                       shlex.quote(pin_snapshot.__file__), shlex.quote(json.dumps(host.where())))
+    tasks = []
+    for name, module, args, _message in CASES:
+        args = fill(args, names)
+        if module in PIN_MODULES:
+            args.setdefault("pin_root", host.pin_root)
+        tasks.append({"name": name, "ebpf.xdp." + module: args, "ignore_errors": True})
+        # raw: no module to build and ship; check_mode false: it runs in the check-mode playbook too.
+        tasks.append({"name": "snapshot after " + name, "ansible.builtin.raw": snap, "check_mode": False,
+                      "changed_when": False})
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", dir="/tmp", delete=False) as handle:
+        json.dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}], handle)
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+               ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"),
+               ANSIBLE_INVENTORY_UNPARSED_WARNING="false", ANSIBLE_LOCALHOST_WARNING="false",
+               PYTHONPATH=os.path.join(ROOT, ".build", "collections"))
+    argv = [os.path.join(os.path.dirname(VENV_PYTHON), "ansible-playbook"), "-i", "localhost,", "-c", "local",
+            "-e", "ansible_python_interpreter=%s" % VENV_PYTHON, handle.name] + (["--check"] if check else [])
+    try:
+        before = pin_snapshot.snapshot(host.where())
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd="/tmp", check=False)
+    finally:
+        os.unlink(handle.name)
+    try:
+        results = [task["hosts"]["localhost"] for task in json.loads(proc.stdout)["plays"][0]["tasks"]]
+    except (ValueError, KeyError, IndexError):
+        raise AssertionError("ansible-playbook printed no results:\n%s\n%s" % (proc.stdout, proc.stderr))
+    outcomes = {}
+    for (name, *_rest), res, snap_res in zip(CASES, results[0::2], results[1::2]):
+        assert snap_res.get("rc") == 0, snap_res
+        after = json.loads(snap_res["stdout"])
+        outcomes[name] = (res, before, after)
+        before = after
+    return outcomes
+
+
+@pytest.fixture(scope="module")
+def outcomes(host):
+    """Check mode first, then the real run: the cases' results with the host before and after each."""
+    return {"check": playbook(host, check=True), "run": playbook(host, check=False)}
+
+
+def expect(message, res):
+    if message is None:
+        assert not res.get("failed"), res
+        return
+    if isinstance(message, Warned):
+        assert not res.get("failed") and message in res.get("warnings", []), (message, res)
+        return
+    assert res.get("failed") is True, res
+    assert res.get("changed") is not True, res
+    if isinstance(message, re.Pattern):
+        assert message.fullmatch(res["msg"]), (message.pattern, res["msg"])
+    else:
+        assert res["msg"] == message, res
+
+
+@pytest.mark.parametrize("mode", ["check", "run"])
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_fails_with_its_message_and_changes_nothing(host, outcomes, case, mode):
+    name, _module, _args, message = case
+    res, before, after = outcomes[mode][name]
+    wanted = message[mode] if isinstance(message, dict) else message
+    expect(fill(wanted, names_of(host)) if isinstance(wanted, str) else wanted, res)
+    assert after == before
+
+
+def test_the_matrix_covers_every_module():
+    modules = {module for _name, module, _args, _message in CASES}
+    assert modules == {"bpf_object", "xdp_program", "tc_program", "xdp_facts", "xdp_trafficgen", "pktgen",
+                       "bpf_map_entry", "devmap_group"}
+    assert len(CASES) >= 30
+

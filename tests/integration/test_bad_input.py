@@ -385,4 +385,3 @@ def test_the_matrix_covers_every_module():
     assert modules == {"bpf_object", "xdp_program", "tc_program", "xdp_facts", "xdp_trafficgen", "pktgen",
                        "bpf_map_entry", "devmap_group"}
     assert len(CASES) >= 30
-

@@ -11,12 +11,14 @@ import sys
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _pins
 
+LOCK_DIR = _pins.LOCK_DIR
+
 
 def snapshot(where):
     """The host as the cases must leave it, as JSON-comparable data."""
     return {"programs": {ns: programs(ns) for ns in where["namespaces"]},
             "pins": tree(where["pin_root"], pinned=True),
-            "locks": {ns: tree(os.path.join(_pins.LOCK_DIR, ns)) for ns in where["namespaces"]},
+            "locks": {ns: tree(os.path.join(LOCK_DIR, ns)) for ns in where["namespaces"]},
             "objects": tree(where["objects"]), "cache": tree(where["cache"])}
 
 

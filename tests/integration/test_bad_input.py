@@ -75,6 +75,8 @@ class Host:
     def down(self):
         self.pair.down()
         shutil.rmtree(self.pin_root, ignore_errors=True)
+        for ns in (self.tx, self.rx):  # the namespaces are gone, and their names are not reused
+            shutil.rmtree(os.path.join(pin_snapshot.LOCK_DIR, ns), ignore_errors=True)
 
     def ok(self, module, **args):
         res = self.run(module, args)

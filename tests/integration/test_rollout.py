@@ -25,8 +25,9 @@ ENV = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_L
 RECEIVERS = 5
 
 
-def ansible_playbook(inventory, name, *extra, check=False):
-    argv = [os.path.join(BIN, "ansible-playbook"), "-i", inventory, os.path.join(ROOT, "playbooks", name)]
+def ansible_playbook(inventory, name, *extra, check=False, limit=None):
+    path = name if os.path.isabs(name) else os.path.join(ROOT, "playbooks", name)
+    argv = [os.path.join(BIN, "ansible-playbook"), "-i", inventory, path] + (["--limit", limit] if limit else [])
     for value in extra:
         argv += ["-e", json.dumps(value)]
     if check:
@@ -44,12 +45,13 @@ def summary(out):
     for play in out["plays"]:
         for task in play["tasks"]:
             if task["task"]["name"].endswith("Sum up the rollout"):
-                return task["hosts"]["localhost"]["ansible_facts"]["xdp_rollout_summary"]
+                # It runs once, on the first host of the play.
+                return next(iter(task["hosts"].values()))["ansible_facts"]["xdp_rollout_summary"]
     raise AssertionError("no summary")
 
 
 def changed(out):
-    return {host: stats["changed"] for host, stats in out["stats"].items() if host != "localhost"}
+    return {host: stats["changed"] for host, stats in out["stats"].items()}
 
 
 def xdp_of(inventory, hosts):
@@ -146,3 +148,36 @@ def test_fault_with_rollback_scope_all_rolls_back_every_host_that_got_it(fleet):
     assert sorted(result["rolled_back"]) == hosts[:2] and not result["updated"]
     # Back to what each had before this rollout: the first host release 2, the second release 1.
     assert releases(inventory, hosts) == dict(dict.fromkeys(hosts, 1), **{hosts[0]: 2})
+
+
+ROLLBACK = """
+- name: Roll back
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Put every declared program back on its previous revision
+      ansible.builtin.include_role:
+        name: ebpf.xdp.xdp_deploy
+        tasks_from: rollback
+"""
+
+
+def test_rollback_entry_point_rhythm(fleet, tmp_path):
+    inventory, hosts = fleet
+    host = hosts[2]
+    for release in (5, 6):
+        rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": release}, limit=host)
+        assert rc == 0 and summary(out)["updated"] == [host]
+    before = xdp_of(inventory, [host])[host]
+    play = tmp_path / "rollback.yml"
+    play.write_text(ROLLBACK)
+    steps = []
+    for check in (True, False, True, False):
+        rc, out = ansible_playbook(inventory, str(play), check=check, limit=host)
+        assert rc == 0, out["stats"]
+        steps.append((changed(out)[host], releases(inventory, [host])[host]))
+    assert steps[0][0] > 0 and steps[0][1] == 6, "check mode put the revision back"
+    assert steps[1][0] > 0 and steps[1][1] == 5
+    assert steps[2:] == [(0, 5), (0, 5)]
+    after = xdp_of(inventory, [host])[host]
+    assert sum(after["counters"]["verdict_count"].values()) > sum(before["counters"]["verdict_count"].values())

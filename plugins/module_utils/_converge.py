@@ -340,6 +340,10 @@ class Converger:
             self.warnings.append("%s does not exist (any more): its %s program went with it; ebpf.xdp's pins for it "
                                  "%s removed" % (self.hook.ifname, self.hook.label,
                                                  "would be" if self.check_mode else "were"))
+        else:
+            # Not an error (a deleted interface has nothing left to remove), but a misspelt name must not pass unseen.
+            self.warnings.append("%s does not exist in this network namespace; nothing of ebpf.xdp's was there to "
+                                 "remove" % self.hook.ifname)
         return self._result(stale, {"attached": False}, {"attached": False})
 
     def _absent(self, observed: Observed) -> bool:

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """A lab of N receiver hosts for rollouts: write its inventory, run its background traffic.
 
     python3 scripts/fleet_lab.py inventory DIR [--receivers N] [--prefix fleet]

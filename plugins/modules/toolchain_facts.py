@@ -93,7 +93,9 @@ import os
 from ansible.module_utils.basic import AnsibleModule
 
 # linux/capability.h
-CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_BPF = 12, 21, 39
+CAP_NET_ADMIN = 12
+CAP_SYS_ADMIN = 21
+CAP_BPF = 39
 
 
 def installed(module, packages):

@@ -23,8 +23,54 @@ VENV_PYTHON = sys.executable
 PIN_ROOT_BASE = "/sys/fs/bpf/ebpf_xdp_test"
 
 
+def ansible_env():
+    """How tests run ansible and ansible-playbook: the checkout's collection, one JSON document per run
+    (read at each run: a test may have set a variable for it)."""
+    return dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+                ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
+                ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"),
+                ANSIBLE_INVENTORY_UNPARSED_WARNING="false", ANSIBLE_LOCALHOST_WARNING="false")
+
+
 def sh(*argv, check=True):
     return subprocess.run(argv, check=check, capture_output=True, text=True)
+
+
+def ansible_playbook(*args, check=False, expect_ok=True, extra_vars=()):
+    """ansible-playbook ARGS (inventory, playbooks, options) with the json callback: its output.
+
+    Each of extra_vars is passed as -e JSON. expect_ok: every host ran
+    without a failure and the command exited 0.
+    """
+    argv = [os.path.join(os.path.dirname(VENV_PYTHON), "ansible-playbook"), *args]
+    for extra in extra_vars:
+        argv += ["-e", json.dumps(extra)]
+    if check:
+        argv.append("--check")
+    proc = subprocess.run(argv, capture_output=True, text=True, env=ansible_env(), cwd=ROOT, check=False)
+    try:
+        out = json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError("ansible-playbook printed no JSON:\n%s\n%s" % (proc.stdout[-3000:], proc.stderr[-3000:]))
+    if expect_ok:
+        failed = {h: s for h, s in out["stats"].items() if s["failures"] or s["unreachable"]}
+        assert proc.returncode == 0 and not failed, json.dumps(failed) + proc.stdout[-6000:] + proc.stderr[-2000:]
+    return out
+
+
+def task_results(out, name):
+    """{host: result} of the first task called name in ansible_playbook()'s output (a role's tasks are
+    shown as "ROLE : name")."""
+    for play in out["plays"]:
+        for task in play["tasks"]:
+            if name in (task["task"]["name"], task["task"]["name"].partition(" : ")[2]):
+                return task["hosts"]
+    raise KeyError(name)
+
+
+def changed_by_host(out):
+    """{host: number of changed tasks} of ansible_playbook()'s output."""
+    return {host: stats["changed"] for host, stats in out["stats"].items()}
 
 
 class ModuleRunner(object):
@@ -36,10 +82,6 @@ class ModuleRunner(object):
         args = dict(args)
         if pin and module in ("xdp_program", "tc_program", "xdp_facts"):
             args.setdefault("pin_root", self.pin_root)
-        env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-                   ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
-                   ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"),
-                   ANSIBLE_INVENTORY_UNPARSED_WARNING="false", ANSIBLE_LOCALHOST_WARNING="false")
         argv = [os.path.join(os.path.dirname(VENV_PYTHON), "ansible"), "localhost", "-c", "local",
                 "-i", "localhost,", "-e", "ansible_python_interpreter=%s" % self.python,
                 "-m", "ebpf.xdp.%s" % module, "-a", json.dumps(args)]
@@ -50,7 +92,7 @@ class ModuleRunner(object):
         # Root without capabilities: what a task without become looks like to the kernel
         # (a real unprivileged user could not even read a checkout under /root).
         prefix = ["setpriv", "--bounding-set=-all", "--inh-caps=-all"] if no_caps else []
-        proc = subprocess.run(prefix + argv, capture_output=True, text=True, env=env, cwd="/tmp", check=False)
+        proc = subprocess.run(prefix + argv, capture_output=True, text=True, env=ansible_env(), cwd="/tmp", check=False)
         try:
             out = json.loads(proc.stdout)
         except ValueError:

@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from conftest import ROOT, SYSTEM_PYTHON, VENV_PYTHON, sh
+from conftest import SYSTEM_PYTHON, VENV_PYTHON, ansible_env, sh
 from test_tc_program import TC_SHOT, filters, tc_obj  # noqa: F401  # pylint: disable=unused-import
 from test_xdp_program import pins
 from test_zero_loss import DirectRunner, direct, drop_v2, tc_v2  # noqa: F401  # pylint: disable=unused-import
@@ -275,13 +275,10 @@ def playbook(directory, tasks, python=SYSTEM_PYTHON):
     path = os.path.join(directory, "play-%s.yml" % uuid.uuid4().hex[:6])
     with open(path, "w") as handle:
         json.dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}], handle)
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"),
-               ANSIBLE_LOCALHOST_WARNING="false")
+    # Popen, not conftest's ansible_playbook: two run at once.
     return subprocess.Popen([os.path.join(os.path.dirname(VENV_PYTHON), "ansible-playbook"), "-i",
                              os.path.join(directory, "hosts.ini"), "-e", "ansible_python_interpreter=%s" % python,
-                             path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=directory)
+                             path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ansible_env(), cwd=directory)
 
 
 def task_results(proc):

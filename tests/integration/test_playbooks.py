@@ -6,37 +6,14 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT, sh, xdp_attached
+from conftest import ROOT, ansible_env, ansible_playbook, changed_by_host, sh, task_results, xdp_attached
 
 PLAYBOOKS = os.path.join(ROOT, "playbooks")
 
 
 def playbook(*names, check=False, extra_vars=None):
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"))
-    argv = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook")] + [os.path.join(PLAYBOOKS, n) for n in names]
-    if check:
-        argv.append("--check")
-    if extra_vars:
-        argv += ["-e", json.dumps(extra_vars)]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
-    out = json.loads(proc.stdout)
-    failed = dict((h, s) for h, s in out["stats"].items() if s["failures"] or s["unreachable"])
-    assert proc.returncode == 0 and not failed, proc.stdout[-4000:] + proc.stderr[-2000:]
-    return out
-
-
-def changed(out):
-    return dict((host, stats["changed"]) for host, stats in out["stats"].items())
-
-
-def task_results(out, name):
-    """Results per host of the task called name; the json callback shows a role's tasks as "ROLE : name"."""
-    for play in out["plays"]:
-        for task in play["tasks"]:
-            if name in (task["task"]["name"], task["task"]["name"].partition(" : ")[2]):
-                return task["hosts"]
-    raise KeyError(name)
+    return ansible_playbook(*[os.path.join(PLAYBOOKS, n) for n in names], check=check,
+                            extra_vars=[extra_vars] if extra_vars else [])
 
 
 def all_task_results(out, name):
@@ -47,11 +24,8 @@ def all_task_results(out, name):
 
 def adhoc(pattern, name, args):
     """{host: result} of one module run on the hosts of pattern."""
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"))
     argv = [os.path.join(ROOT, ".venv", "bin", "ansible"), pattern, "-m", name, "-a", json.dumps(args)]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
+    proc = subprocess.run(argv, capture_output=True, text=True, env=ansible_env(), cwd=ROOT, check=False)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]
 
@@ -73,17 +47,17 @@ def test_deploy_rhythm_and_witnesses(lab):
     assert not os.path.exists(lab["xdp_deploy_object_dir"])
     first_check = playbook("deploy_xdp.yml", check=True, extra_vars=lab)
     assert not os.path.exists(lab["xdp_deploy_object_dir"]), "check mode compiled"
-    assert changed(first_check)["receiver"] > 0
+    assert changed_by_host(first_check)["receiver"] > 0
     assert "prog/xdp" not in sh("ip", "-n", "receiver", "link", "show", "eth0").stdout, "check mode attached"
 
     first = playbook("deploy_xdp.yml", extra_vars=lab)
-    assert changed(first)["receiver"] > 0
+    assert changed_by_host(first)["receiver"] > 0
     shown = task_results(first, "Show the receiver's counters per IP protocol")["sender"]["msg"]
     assert "proto 6: 50 packets" in shown and "proto 17: 50 packets" in shown, shown
 
-    assert set(changed(playbook("deploy_xdp.yml", check=True, extra_vars=lab)).values()) == {0}
+    assert set(changed_by_host(playbook("deploy_xdp.yml", check=True, extra_vars=lab)).values()) == {0}
     second = playbook("deploy_xdp.yml", extra_vars=lab)
-    assert set(changed(second).values()) == {0}
+    assert set(changed_by_host(second).values()) == {0}
 
     # What the facts report is what the kernel shows.
     facts = task_results(second, "Read the receiver's counters after the burst")["sender"]["ansible_facts"]["xdp"]
@@ -112,10 +86,10 @@ def test_lab_up_and_down_rhythm():
     playbook("lab_down.yml")
     try:
         for name in ("lab_up.yml", "lab_down.yml"):
-            assert changed(playbook(name, check=True))["localhost"] > 0
-            assert changed(playbook(name))["localhost"] > 0
-            assert changed(playbook(name, check=True))["localhost"] == 0
-            assert changed(playbook(name))["localhost"] == 0
+            assert changed_by_host(playbook(name, check=True))["localhost"] > 0
+            assert changed_by_host(playbook(name))["localhost"] > 0
+            assert changed_by_host(playbook(name, check=True))["localhost"] == 0
+            assert changed_by_host(playbook(name))["localhost"] == 0
             if name == "lab_up.yml":
                 links = sh("ip", "-n", "sender", "-o", "link", "show").stdout
                 assert "eth0" in links and "02:00:00:00:01:01" in links

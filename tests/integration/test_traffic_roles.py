@@ -14,20 +14,14 @@ kernel has no pktgen: the pktgen engine is tested in the VM (test_vm.py);
 here, asking for it is a clear error.
 """
 
-import json
 import os
-import subprocess
 import uuid
 
 import pytest
 import yaml
 
-from conftest import ROOT, sh
+from conftest import ROOT, ansible_playbook, changed_by_host, sh, task_results
 from test_xdp_trafficgen_engine import rx_counts
-
-ENV = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-           ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
-           ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"))
 
 
 class OwnLab:
@@ -55,37 +49,11 @@ class OwnLab:
 
     def playbook(self, playbook, *extra, check=False, expect_ok=True):
         """ansible-playbook on this inventory; the json callback's output."""
-        argv = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", self.path, playbook]
-        for item in extra:
-            argv += ["-e", json.dumps(item)]
-        if check:
-            argv.append("--check")
-        proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=ROOT, check=False)
-        try:
-            out = json.loads(proc.stdout)
-        except ValueError:
-            raise AssertionError("ansible-playbook printed no JSON:\n%s\n%s" % (proc.stdout[-3000:], proc.stderr[-3000:]))
-        if expect_ok:
-            failed = {h: s for h, s in out["stats"].items() if s["failures"] or s["unreachable"]}
-            assert proc.returncode == 0 and not failed, json.dumps(failed) + proc.stdout[-6000:] + proc.stderr[-2000:]
-        return out
+        return ansible_playbook("-i", self.path, playbook, check=check, expect_ok=expect_ok, extra_vars=extra)
 
     def xdp_line(self, ifname):
         out = sh("ip", "-n", self.receiver, "-d", "link", "show", ifname).stdout
         return " ".join(line.strip() for line in out.splitlines() if "prog/xdp" in line)
-
-
-def task_results(out, name):
-    """{host: result} of the task called name (a role's tasks are shown as "ROLE : name")."""
-    for play in out["plays"]:
-        for task in play["tasks"]:
-            if name in (task["task"]["name"], task["task"]["name"].partition(" : ")[2]):
-                return task["hosts"]
-    raise KeyError(name)
-
-
-def changed(out):
-    return {host: stats["changed"] for host, stats in out["stats"].items()}
 
 
 def playbook_path(name):
@@ -145,15 +113,16 @@ def test_generator_counts_equal_receiver_counts(lab, engine, extra):
     assert after.get(17, 0) - before.get(17, 0) == count and set(after) == {17}, (before, after)
 
     # A generator run is an action; an attachment that was there already did not change.
-    assert changed(out)[lab.sender] >= 1, changed(out)
-    assert changed(out)[lab.receiver] == 0 if before else changed(out)[lab.receiver] >= 1, changed(out)
+    changed = changed_by_host(out)
+    assert changed[lab.sender] >= 1, changed
+    assert changed[lab.receiver] == 0 if before else changed[lab.receiver] >= 1, changed
 
 
 def test_check_mode_sends_nothing(lab):
     """Check mode: settings and the attachment checked, nothing sent, the run reported as a change."""
     before = rx_counts(lab.receiver) if lab.xdp_line("eth0") else {}
     out = lab.playbook(playbook_path("traffic.yml"), {"pktgen_sender_count": 1000}, check=True)
-    assert changed(out)[lab.sender] >= 1, changed(out)
+    assert changed_by_host(out)[lab.sender] >= 1, changed_by_host(out)
     [row] = traffic_results(out)
     assert (row["sent"], row["received"]) == (0, 0), row
     assert "check mode: nothing was sent" in task_results(out, "Show the runs")[lab.sender]["msg"]
@@ -177,7 +146,7 @@ def test_receiver_role_rhythm(lab, tmp_path):
     steps = []
     for check in (True, False, True, False):
         out = lab.playbook(str(play), check=check)
-        steps.append(changed(out)[lab.receiver])
+        steps.append(changed_by_host(out)[lab.receiver])
         if not steps[1:]:
             assert lab.xdp_line("eth1") == "" and not objects.exists(), "check mode attached or compiled"
     assert steps[0] > 0 and steps[1] > 0 and steps[2:] == [0, 0], steps

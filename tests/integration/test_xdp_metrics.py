@@ -25,12 +25,8 @@ import uuid
 import pytest
 import yaml
 
-from conftest import ROOT, SYSTEM_PYTHON, ModuleRunner, sh
+from conftest import ROOT, SYSTEM_PYTHON, ModuleRunner, ansible_playbook, sh
 
-ENV = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-           ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
-           ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"),
-           ANSIBLE_LOCALHOST_WARNING="false", ANSIBLE_INVENTORY_UNPARSED_WARNING="false")
 PLAYBOOK = """
 - name: The exporter
   hosts: all
@@ -80,21 +76,10 @@ class Exporter:
 
     def role(self, check=False, expect_ok=True, **extra):
         """ansible-playbook with the role; the json callback's output (and the failure messages)."""
-        argv = [os.path.join(ROOT, ".venv", "bin", "ansible-playbook"), "-i", self.inventory, self.playbook,
-                "-e", json.dumps(dict(self.vars, **extra))]
+        args = ["-i", self.inventory, self.playbook]
         if self.connection:
-            argv += ["-c", self.connection, "-e", "ansible_python_interpreter=%s" % SYSTEM_PYTHON]
-        if check:
-            argv.append("--check")
-        proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=ROOT, check=False)
-        try:
-            out = json.loads(proc.stdout)
-        except ValueError:
-            raise AssertionError("ansible-playbook printed no JSON:\n%s\n%s" % (proc.stdout[-3000:], proc.stderr))
-        failed = [s for s in out["stats"].values() if s["failures"] or s["unreachable"]]
-        if expect_ok:
-            assert proc.returncode == 0 and not failed, proc.stdout[-6000:] + proc.stderr[-2000:]
-        return out
+            args += ["-c", self.connection, "-e", "ansible_python_interpreter=%s" % SYSTEM_PYTHON]
+        return ansible_playbook(*args, check=check, expect_ok=expect_ok, extra_vars=[dict(self.vars, **extra)])
 
     def rhythm(self, **extra):
         """check -> run -> check -> run: changed, changed, not changed, not changed."""

@@ -19,8 +19,8 @@ import time
 import pytest
 import yaml
 
-from conftest import ROOT, sh
-from test_playbooks import changed, playbook
+from conftest import ROOT, changed_by_host, sh
+from test_playbooks import playbook
 
 with open(os.path.join(ROOT, "inventories", "lab", "group_vars", "all.yml")) as f:
     NAMESPACES = yaml.safe_load(f)["lab_namespaces"]
@@ -47,7 +47,7 @@ def ping(ns, address):
 
 def rhythm(name):
     """check -> run -> check -> run; the changes localhost reported at each step."""
-    return [changed(playbook(name, check=check))["localhost"] for check in (True, False, True, False)]
+    return [changed_by_host(playbook(name, check=check))["localhost"] for check in (True, False, True, False)]
 
 
 def lab_names():

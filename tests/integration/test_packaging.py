@@ -75,7 +75,7 @@ def test_introspect_finds_the_modules_requirements_in_the_installed_artifact(art
 def test_create_writes_a_build_context(tmp_path):
     context = tmp_path / "context"
     tool("ansible-builder", "create", "-f", os.path.join(ROOT, "ee", "execution-environment.yml"),
-         "-c", str(context), cwd=str(tmp_path))
+         "-c", str(context), "--output-filename", "Containerfile", cwd=str(tmp_path))
     containerfile = (context / "Containerfile").read_text()
     definition = yaml.safe_load(open(os.path.join(ROOT, "ee", "execution-environment.yml")))
     assert 'EE_BASE_IMAGE="%s"' % definition["images"]["base_image"]["name"] in containerfile

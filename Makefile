@@ -36,7 +36,7 @@ unit:
 	$(PYTEST) -q tests/unit
 
 integration:
-	$(PYTEST) -q --durations=25 tests/integration
+	$(PYTEST) -q -rs --durations=25 tests/integration
 	@bash tests/integration/targets/toolchain/runme.sh 2>.build/toolchain-test.log || { cat .build/toolchain-test.log; exit 1; }
 
 benchmark-smoke: setup

@@ -205,6 +205,9 @@ class HookAdapter:
     def cleanup(self) -> None:
         """After a program was removed for good (state: absent): what the hook no longer needs."""
 
+    def predict_refusal(self) -> None:
+        """Check mode: raise what the kernel would refuse at attach time that no read of the hook shows."""
+
     def update_link(self, observed: Observed, prog: _bpf.Program) -> Placement:
         """Swap the program of the link that holds it, atomically; the link (and its id) stays."""
         with _bpf.Link.from_id(observed.link_id) as link:
@@ -422,6 +425,7 @@ class Converger:
         with self._load(identity) as loaded:
             if self._same_program(observed, loaded):
                 return False, before
+            self.hook.predict_refusal()
             return True, {"attached": True, "name": loaded.info["name"], "tag": loaded.info["tag"],
                           self.hook.placement_key: self.hook.planned_mode(observed), "owner": _hooks.OWNER,
                           "object_sha256": identity["object_sha256"], "constants": identity["constants"],

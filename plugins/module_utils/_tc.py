@@ -174,6 +174,10 @@ class TcHook(HookAdapter):
                                     "choose another place (nothing was changed)"
                                     % (self.ifname, self.direction, priority, handle, tc_filter["kind"]))
 
+    def predict_refusal(self) -> None:
+        if self.method == "act_bpf" and not _tc_hooks.act_bpf_available():
+            raise HookError(_tc_netlink.NO_ACT_BPF)
+
     def identity(self) -> dict:
         return {"requested_method": self.requested, "direction": self.direction,
                 "requested_priority": self.priority, "requested_handle": self.handle,

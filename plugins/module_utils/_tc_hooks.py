@@ -14,6 +14,8 @@ that manage XDP only do not import.
 from __future__ import annotations
 
 import errno
+import os
+import platform
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _tc_netlink
 from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import HELD_BY_LINK, HELD_BY_NETLINK, Observed
@@ -31,6 +33,24 @@ def tcx_supported(ifindex: int) -> bool:
             return False
         raise
     return True
+
+
+def act_bpf_available() -> bool:
+    """Whether the kernel has act_bpf or could load it, asked without changing anything (check mode; a real
+    attach asks the kernel itself): loaded (/sys/module), built in (modules.builtin) or a module on disk
+    (modules.dep). A kernel with act_bpf built in and no /lib/modules is the one it gets wrong."""
+    if os.path.isdir("/sys/module/act_bpf"):
+        return True
+    modules = "/lib/modules/%s" % platform.release()
+    for listing in ("modules.builtin", "modules.dep"):
+        try:
+            with open(os.path.join(modules, listing), encoding="utf-8") as names:
+                if any(line.split(":")[0].endswith("/act_bpf.ko") or "/act_bpf.ko." in line.split(":")[0]
+                       for line in names):
+                    return True
+        except OSError:
+            continue
+    return False
 
 
 def tc_programs(ifindex: int, direction: str, hook_qdiscs: dict | None = None) -> list[dict]:

@@ -82,6 +82,7 @@ VERDICTS = {-1: "continue", 0: "pass", 1: "reclassify", 2: "drop", 3: "pipe", 4:
 VERDICT_ALIASES = {"ok": 0, "shot": 2, "unspec": -1}
 
 _ACT_BPF_PARMS = struct.Struct("=IIiii")  # struct tc_act_bpf: tc_gen index, capab, action, refcnt, bindcnt
+NO_ACT_BPF = "this kernel has no act_bpf (CONFIG_NET_ACT_BPF); use cls_bpf or tcx instead"
 
 
 class TcError(EbpfXdpError):
@@ -557,7 +558,7 @@ def _new_filter(ipr, ifindex: int, direction: str, prio: int, handle: int, kind:
             hint = "is it a %s program, from %s?" % (prog_type, {"sched_cls": 'SEC("tc")',
                                                                  "sched_act": 'SEC("action")'}[prog_type])
         elif exc.code == errno.ENOENT and kind == "u32" and "action" in reason:
-            hint = "this kernel has no act_bpf (CONFIG_NET_ACT_BPF); use cls_bpf or tcx instead"
+            hint = NO_ACT_BPF
         _fail(what, exc, hint)
 
 

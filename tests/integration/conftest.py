@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 
+import kernel_features
 from ansible_collections.ebpf.xdp.plugins.module_utils import _compile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -21,6 +22,44 @@ BPF_DIR = os.path.join(ROOT, "files", "bpf")
 SYSTEM_PYTHON = "/usr/bin/python3"
 VENV_PYTHON = sys.executable
 PIN_ROOT_BASE = "/sys/fs/bpf/ebpf_xdp_test"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "kernel(feature): the test needs a kernel feature of kernel_features.PROBES; "
+                            "where it is absent, the feature's refusal is asserted instead")
+    config.ebpf_xdp_refusals = []
+
+
+def pytest_report_header(config):
+    return kernel_features.features().table()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """A test marked kernel(feature) on a kernel without it: assert the feature's refusal instead."""
+    for marker in pyfuncitem.iter_markers("kernel"):
+        feature = marker.args[0]
+        assert feature in kernel_features.PROBES, "unknown kernel feature %r" % feature
+        if not kernel_features.features()[feature]:
+            tmp_path = pyfuncitem.config._tmp_path_factory.mktemp("refusal")  # pylint: disable=protected-access
+            said = kernel_features.refuse_instead(feature, tmp_path)
+            pyfuncitem.config.ebpf_xdp_refusals.append((pyfuncitem.nodeid, feature, said))
+            return True
+    return None
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    refusals = getattr(config, "ebpf_xdp_refusals", [])
+    if refusals:
+        terminalreporter.section("kernel features absent: refusals asserted instead (%d tests)" % len(refusals))
+        for nodeid, feature, said in refusals:
+            terminalreporter.write_line("%s  [no %s] %s" % (nodeid, feature, said))
+
+
+@pytest.fixture(scope="session")
+def features():
+    """The kernel feature table (kernel_features.PROBES), probed once."""
+    return kernel_features.features()
 
 
 def ansible_env():

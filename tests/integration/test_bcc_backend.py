@@ -154,6 +154,7 @@ def test_bcc_and_libbpf_programs_side_by_side_in_the_facts(run_distro, pair, src
     assert set(rx["counters"]) == set(tx["counters"]) == {"proto_count"}
 
 
+@pytest.mark.kernel("tcx")
 def test_tc_program_with_bcc_attach_upgrade_absent(run_distro, pair, tmp_path, pin_root):
     static_neighbour(pair)
     path = tmp_path / "tc_count.c"

@@ -29,6 +29,7 @@ def tc_obj(tmp_path_factory):
     return compile_bpf(src, src.with_suffix(".o"))
 
 
+@pytest.mark.kernel("tcx")
 def test_tcx_link_create_query_update_detach(pair, tc_obj):
     with _netns.netns(pair.rx):
         index = _netns.ifindex("eth0")

@@ -240,6 +240,7 @@ def test_shared_maps_rhythm_and_a_bad_set_name(run_distro, mcast_obj, pin_root):
         assert first["name"] == "xdp_multicast"
 
 
+@pytest.mark.kernel("tcx")
 def test_tc_programs_share_a_map_set(run_distro, tc_obj, pair):
     """tc_program takes the option too: tc_drop_count on both ends of a pair counts into one map."""
     results = []

@@ -17,6 +17,7 @@ import uuid
 import pytest
 
 from conftest import SYSTEM_PYTHON, VENV_PYTHON, ansible_env, sh
+from kernel_features import needs
 from test_tc_program import TC_SHOT, filters, tc_obj  # noqa: F401  # pylint: disable=unused-import
 from test_xdp_program import pins
 from test_zero_loss import DirectRunner, direct, drop_v2, tc_v2  # noqa: F401  # pylint: disable=unused-import
@@ -97,7 +98,7 @@ def test_xdp_killed_at_each_step(pair, drop_obj, drop_v2, pin_root, point, step,
 
 @pytest.mark.parametrize("step", ["attach", "upgrade"])
 @pytest.mark.parametrize("point", ["after_attach", "before_record"])
-@pytest.mark.parametrize("method", ["tcx", "cls_bpf"])
+@pytest.mark.parametrize("method", [needs("tcx", "tcx"), "cls_bpf"])
 def test_tc_killed_at_each_step(pair, tc_obj, tc_v2, pin_root, method, point, step,  # noqa: F811
                                 direct):
     args = dict(interface="eth0", netns=pair.rx, object=tc_obj, program="tc_drop_count", method=method,
@@ -141,7 +142,7 @@ def test_interface_deleted_then_recreated_with_a_new_ifindex(direct, pair, drop_
 
 @pytest.mark.parametrize("module, extra", [("xdp_program", dict(mode="native")),
                                            ("tc_program", dict(method="cls_bpf", program="tc_drop_count")),
-                                           ("tc_program", dict(method="tcx", program="tc_drop_count"))])
+                                           needs("tcx", "tc_program", dict(method="tcx", program="tc_drop_count"))])
 def test_interface_deleted_for_good_then_absent(direct, pair, drop_obj, tc_obj, pin_root, module, extra):  # noqa
     """Its program went with it; state absent clears what is left of ours (a link to no interface, the
     program and maps it keeps in memory) instead of failing on "does not exist" for ever."""

@@ -12,6 +12,7 @@ import shutil
 import pytest
 
 from conftest import BPF_DIR, SYSTEM_PYTHON, ModuleRunner, assert_rhythm, sh
+from kernel_features import needs
 from ansible_collections.ebpf.xdp.plugins.module_utils import _compile
 
 SOURCE = r"""
@@ -91,7 +92,7 @@ def module_args(hook, pair, store, **extra):
     return module, args
 
 
-@pytest.mark.parametrize("hook", ["xdp", "tc"])
+@pytest.mark.parametrize("hook", ["xdp", needs("tcx", "tc")])
 def test_rollback_after_a_faulty_release_at_the_same_path(run, pair, builds, store, tmp_path, hook):
     """v1 passes, v2 (same path, overwritten) drops; rollback puts v1 back atomically, counters continue."""
     path = str(tmp_path / "release.o")

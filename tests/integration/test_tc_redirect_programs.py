@@ -258,6 +258,7 @@ def test_clone_redirect_xmit_counts_what_was_refused(tc_obj, pair):
 # ---------------------------------------------------------------- real traffic on the pair
 
 
+@pytest.mark.kernel("tcx")
 @pytest.mark.parametrize("program, target_ns, target", [("redirect_xmit", "tx", "eth0"),
                                                         ("redirect_ingress", "rx", "lo")])
 def test_redirect_on_a_tcx_hook(tc_obj, pair, program, target_ns, target):
@@ -292,6 +293,7 @@ def test_tc_drop_count_as_a_cls_bpf_filter_drops_what_it_counts(tc_obj, pair, pi
         assert pair.ip_in_receives() == received  # TC_ACT_SHOT: IP never saw them
 
 
+@pytest.mark.kernel("tcx")
 def test_tc_drop_count_counts_tags_moved_into_metadata_at_ingress(tc_obj, vlan_obj, pair):
     """The stack moves a frame's outer tag into skb->vlan_tci before tc ingress runs."""
     def frame(protocol, vlan=None):
@@ -311,6 +313,7 @@ def test_tc_drop_count_counts_tags_moved_into_metadata_at_ingress(tc_obj, vlan_o
             assert counts(seen, "in_metadata") == {0: 30}  # every tagged frame; QinQ keeps its inner tag
 
 
+@pytest.mark.kernel("tcx")
 def test_tc_drop_count_counts_tags_in_metadata_at_egress(tc_obj, vlan_obj, pair):
     """A tag in metadata on the way out (a VLAN device over veth; here bpf_skb_vlan_push) is not in the packet."""
     frames = [("udp", _frames.build_frame("udp", pair.tx_mac, OTHER_MAC, pair.tx_ip, "10.99.0.9")),

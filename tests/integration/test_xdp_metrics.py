@@ -36,9 +36,6 @@ PLAYBOOK = """
 """
 DASHBOARD = os.path.join(ROOT, "roles", "xdp_metrics", "files", "grafana", "ebpf_xdp.json")
 
-pytestmark = pytest.mark.skipif(not shutil.which("promtool"), reason="promtool missing: run scripts/setup.sh")
-
-
 def free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -409,8 +406,6 @@ def test_exporter_in_a_namespace_serves_its_loopback_and_leaves_with_it(pair, ru
 
 
 def test_prometheus_scrapes_the_counters(pair, run, drop_obj, exporter, workdir):
-    if not shutil.which("prometheus"):
-        pytest.skip("no prometheus server")
     attach(run, pair, drop_obj)
     exporter.role()
     web = free_port()

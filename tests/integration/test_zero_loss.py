@@ -30,6 +30,7 @@ import uuid
 import pytest
 
 from conftest import BPF_DIR, ROOT, VENV_PYTHON, Pair, compile_bpf, sh
+from kernel_features import needs
 from test_devmap_group import V4, V4_MAC, mcast_obj, switch  # noqa: F401  # pylint: disable=unused-import
 from test_tc_program import TC_SHOT, tc_obj  # noqa: F401  # pylint: disable=unused-import
 from test_xdp_trafficgen_engine import set_gro, tg_obj  # noqa: F401  # pylint: disable=unused-import
@@ -283,7 +284,7 @@ def test_xdp_mode_switch_says_it_interrupted_and_measures_the_window(direct, pai
 # ---------------------------------------------------------------- tc
 
 
-@pytest.mark.parametrize("method", ["tcx", "cls_bpf"])
+@pytest.mark.parametrize("method", [needs("tcx", "tcx"), "cls_bpf"])
 def test_tc_upgrades_at_rate_lose_no_frame(direct, pair, tc_obj, tc_v2, tg_obj, method):  # noqa: F811
     """The frames reach tc as skbs (GRO on the receiving veth takes XDP frames into its stack).
 

@@ -1,9 +1,13 @@
-"""The rollout of deploy_xdp.yml on a generated lab of five receivers (scripts/fleet_lab.py), with real traffic.
+"""The rollout of deploy_xdp.yml on a generated lab of four receivers (scripts/fleet_lab.py), with real traffic.
 
-Batches 1, 10% (1), then the other 3; every receiver runs xdp_verdict_count on eth0, whose `release`
+Batches 1, 10% (1), then the other 2; every receiver runs xdp_verdict_count on eth0, whose `release`
 constant is the version rolled out, and a faulty host gets xdp_action 1: it drops every frame, and the
 gate's share-of-dropped-frames rule catches it. A broadcast ping from the lab's sender feeds every
 receiver 200 frames/s all along.
+
+The lab is built once for the file; each test first brings it to the state it
+starts from (no program, or release 1 everywhere), so none depends on another
+having run, or on their order.
 """
 
 import json
@@ -11,6 +15,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 import uuid
 
 import pytest
@@ -22,7 +27,7 @@ FLEET = os.path.join(ROOT, "scripts", "fleet_lab.py")
 ENV = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
            ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
            ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"))
-RECEIVERS = 5
+RECEIVERS = 4
 
 
 def ansible_playbook(inventory, name, *extra, check=False, limit=None):
@@ -86,8 +91,37 @@ def fleet():
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def test_healthy_rollout_reaches_every_host_then_changes_nothing(fleet):
+def xdp_program_on_all(inventory, args):
+    """One ad-hoc ebpf.xdp.xdp_program task on every host of the inventory; {host: result}."""
+    argv = [os.path.join(BIN, "ansible"), "-i", inventory, "all", "-m", "ebpf.xdp.xdp_program", "-a", json.dumps(args)]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=ROOT, check=False)
+    found = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]
+    assert not any(res.get("failed") for res in found.values()), found
+    return found
+
+
+@pytest.fixture
+def bare(fleet):
+    """The fleet with no program on any receiver."""
     inventory, hosts = fleet
+    xdp_program_on_all(inventory, {"interface": "eth0", "state": "absent"})
+    assert set(releases(inventory, hosts).values()) == {None}
+    return fleet
+
+
+@pytest.fixture
+def at_release_1(fleet):
+    """Every receiver on release 1, whatever ran before (no run at all when that is so already)."""
+    inventory, hosts = fleet
+    if releases(inventory, hosts) != dict.fromkeys(hosts, 1):
+        rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": 1})
+        assert rc == 0, out["stats"]
+        assert releases(inventory, hosts) == dict.fromkeys(hosts, 1)
+    return fleet
+
+
+def test_healthy_rollout_reaches_every_host_then_changes_nothing(bare):
+    inventory, hosts = bare
     rc, out = ansible_playbook(inventory, "deploy_xdp.yml", check=True)
     assert rc == 0
     plan = summary(out)
@@ -106,8 +140,8 @@ def test_healthy_rollout_reaches_every_host_then_changes_nothing(fleet):
         assert sorted(summary(out)["unchanged"]) == hosts
 
 
-def test_fault_on_the_canary_rolls_back_the_canary_only(fleet):
-    inventory, hosts = fleet
+def test_fault_on_the_canary_rolls_back_the_canary_only(at_release_1):
+    inventory, hosts = at_release_1
     # Check mode with the fault: the plan, nothing changed, no gate, no rollback.
     rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": 2, "fleet_fault_hosts": hosts[:1]},
                                check=True)
@@ -128,8 +162,8 @@ def test_fault_on_the_canary_rolls_back_the_canary_only(fleet):
     assert after["counters"]["verdict_count"].get("1", 0) > 0, "the drops of the faulty release were counted"
 
 
-def test_fault_on_a_later_batch_rolls_back_that_batch(fleet):
-    inventory, hosts = fleet
+def test_fault_on_a_later_batch_rolls_back_that_batch(at_release_1):
+    inventory, hosts = at_release_1
     rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": 2, "fleet_fault_hosts": hosts[1:2]})
     result = summary(out)
     assert rc != 0
@@ -139,8 +173,10 @@ def test_fault_on_a_later_batch_rolls_back_that_batch(fleet):
     assert releases(inventory, hosts) == dict(dict.fromkeys(hosts, 1), **{hosts[0]: 2})
 
 
-def test_fault_with_rollback_scope_all_rolls_back_every_host_that_got_it(fleet):
-    inventory, hosts = fleet
+def test_fault_with_rollback_scope_all_rolls_back_every_host_that_got_it(at_release_1):
+    inventory, hosts = at_release_1
+    rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": 2}, limit=hosts[0])
+    assert rc == 0 and summary(out)["updated"] == hosts[:1]
     rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": 3, "fleet_fault_hosts": hosts[1:2],
                                                              "xdp_rollout_rollback_scope": "all"})
     result = summary(out)
@@ -163,21 +199,30 @@ ROLLBACK = """
 
 
 def test_rollback_entry_point_rhythm(fleet, tmp_path):
+    """Two releases on one host, then the rollback entry point's four steps; the counters continue: the same
+    maps (ids) carry exactly the counts they had (traffic paused while the revision is put back)."""
     inventory, hosts = fleet
     host = hosts[2]
     for release in (5, 6):
         rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": release}, limit=host)
         assert rc == 0 and summary(out)["updated"] == [host]
-    before = xdp_of(inventory, [host])[host]
     play = tmp_path / "rollback.yml"
     play.write_text(ROLLBACK)
-    steps = []
-    for check in (True, False, True, False):
-        rc, out = ansible_playbook(inventory, str(play), check=check, limit=host)
-        assert rc == 0, out["stats"]
-        steps.append((changed(out)[host], releases(inventory, [host])[host]))
+    subprocess.run(["python3", FLEET, "traffic", inventory, "stop"], check=True)
+    try:
+        time.sleep(0.5)  # frames in flight
+        before = xdp_of(inventory, [host])[host]
+        steps = []
+        for check in (True, False, True, False):
+            rc, out = ansible_playbook(inventory, str(play), check=check, limit=host)
+            assert rc == 0, out["stats"]
+            steps.append((changed(out)[host], releases(inventory, [host])[host]))
+        after = xdp_of(inventory, [host])[host]
+    finally:
+        subprocess.run(["python3", FLEET, "traffic", inventory, "start"], check=True)
     assert steps[0][0] > 0 and steps[0][1] == 6, "check mode put the revision back"
     assert steps[1][0] > 0 and steps[1][1] == 5
     assert steps[2:] == [(0, 5), (0, 5)]
-    after = xdp_of(inventory, [host])[host]
-    assert sum(after["counters"]["verdict_count"].values()) > sum(before["counters"]["verdict_count"].values())
+    assert after["id"] != before["id"], "the previous revision is another program"
+    assert sorted(m["id"] for m in after["maps"]) == sorted(m["id"] for m in before["maps"]), (before, after)
+    assert after["counters"]["verdict_count"] == before["counters"]["verdict_count"] != {}, (before, after)

@@ -62,6 +62,22 @@ def features():
     return kernel_features.features()
 
 
+@pytest.fixture(scope="session")
+def vm():
+    """The lab's VM host (scripts/vm.sh), booted once per test session unless it is up already; powered off
+    again at the end only if booted here."""
+    vm_sh = os.path.join(ROOT, "scripts", "vm.sh")
+    started = subprocess.run(["bash", vm_sh, "status"], capture_output=True, check=False).returncode != 0
+    try:
+        if started:
+            proc = subprocess.run(["bash", vm_sh, "up"], capture_output=True, text=True, check=False)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+        yield
+    finally:
+        if started:
+            subprocess.run(["bash", vm_sh, "down"], check=True, capture_output=True)
+
+
 def ansible_env():
     """How tests run ansible and ansible-playbook: the checkout's collection, one JSON document per run
     (read at each run: a test may have set a variable for it)."""

@@ -1,39 +1,93 @@
 """A snapshot of what a bad-input case must leave as it found it, printed as JSON (the playbook of
-test_bad_input.py runs it between the cases as a raw task: stdlib and _bpf only, no pytest, so it starts fast).
+test_bad_input.py runs it between the cases as a raw task: stdlib, _bpf and _netns only, no pytest, so it starts
+fast).
 
     python pin_snapshot.py '{"namespaces": [...], "pin_root": ..., "objects": ..., "cache": ...}'
+
+What a failed case could leave behind, wherever the modules put things: programs on every hook (XDP, tcx
+links, tc filters of any kind, their actions too), qdiscs (a clsact added for a filter that then failed),
+kernel modules (pktgen, act_bpf loaded for a run refused later), and files (pins and their map contents, locks,
+objects, the compile cache).
 """
 
+import errno
 import json
 import os
 import subprocess
 import sys
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _netns, _pins
 
 LOCK_DIR = _pins.LOCK_DIR
+TCX = {"tcx_ingress": _bpf.BPF_TCX_INGRESS, "tcx_egress": _bpf.BPF_TCX_EGRESS}
 
 
 def snapshot(where):
     """The host as the cases must leave it, as JSON-comparable data."""
     return {"programs": {ns: programs(ns) for ns in where["namespaces"]},
+            "qdiscs": {ns: qdiscs(ns) for ns in where["namespaces"]},
+            "modules": kernel_modules(),
             "pins": tree(where["pin_root"], pinned=True),
             "locks": {ns: tree(os.path.join(LOCK_DIR, ns)) for ns in where["namespaces"]},
             "objects": tree(where["objects"]), "cache": tree(where["cache"])}
 
 
 def programs(ns):
-    """Program ids by interface and hook, parsed from ip's and tc's JSON (the witnesses), never by substring."""
+    """Program ids by interface and hook, parsed from ip's and tc's JSON (the witnesses), never by substring,
+    and the tcx hooks from the kernel's own answer (ip and tc 6.1 do not list tcx links)."""
     found = {}
-    for link in json_of("ip", "-n", ns, "-d", "-j", "link", "show"):
+    links = json_of("ip", "-n", ns, "-d", "-j", "link", "show")
+    for link in links:
         xdp = link.get("xdp") or {}
         found[link["ifname"] + "/xdp"] = [xdp.get("mode"), (xdp.get("prog") or {}).get("id")]
         for direction in ("ingress", "egress"):
             filters = json_of("tc", "-n", ns, "-j", "filter", "show", "dev", link["ifname"], direction)
-            found[link["ifname"] + "/" + direction] = sorted(
-                [f.get("pref"), f["options"].get("handle"), f["options"].get("prog", {}).get("id")]
-                for f in filters if f.get("kind") == "bpf" and f.get("options"))
+            # Every filter, whatever its kind: a u32 filter holding an act_bpf action is a program on the hook
+            # as much as a cls_bpf filter is, and any other filter left behind is a change too.
+            found[link["ifname"] + "/" + direction] = sorted((tc_filter(f) for f in filters), key=json.dumps)
+    with _netns.netns(ns):
+        for link in links:
+            for hook, attach_type in TCX.items():
+                found[link["ifname"] + "/" + hook] = tcx_prog_ids(link["ifindex"], attach_type)
     return found
+
+
+def tc_filter(entry):
+    """One entry of `tc -j filter show`: its kind, pref, protocol, chain and handle (u32 says fh), the program
+    of a cls_bpf filter and the actions (order, kind, index and program: act_bpf's) of any filter. tc also lists
+    each pref's classifier itself, without options: it is kept too (its kind and pref)."""
+    options = entry.get("options") or {}
+    actions = [[a.get("order"), a.get("kind"), a.get("index"), (a.get("prog") or {}).get("id")]
+               for a in options.get("actions") or []]
+    return {"kind": entry.get("kind"), "pref": entry.get("pref"), "protocol": entry.get("protocol"),
+            "chain": entry.get("chain"), "handle": options.get("handle", options.get("fh")),
+            "prog_id": (options.get("prog") or {}).get("id"), "actions": actions}
+
+
+def tcx_prog_ids(ifindex, attach_type):
+    """The program ids on one tcx hook in run order; None on a kernel without tcx (it answers EINVAL)."""
+    try:
+        return _bpf.tcx_query(ifindex, attach_type)["prog_ids"]
+    except _bpf.BpfError as exc:
+        if exc.errno == errno.EINVAL:
+            return None
+        raise
+
+
+def qdiscs(ns):
+    """Every qdisc of the namespace: its device, kind, handle and parent (tc -j; refcnt left out, it counts
+    users, not configuration)."""
+    return sorted(([q.get("dev"), q.get("kind"), q.get("handle"), q.get("parent", "root" if q.get("root") else None)]
+                   for q in json_of("tc", "-n", ns, "-j", "qdisc", "show")), key=json.dumps)
+
+
+def kernel_modules():
+    """The names of the loaded kernel modules; None for a kernel built without them (no /proc/modules)."""
+    try:
+        with open("/proc/modules") as handle:
+            return sorted(line.split()[0] for line in handle if line.strip())
+    except FileNotFoundError:
+        return None
 
 
 def json_of(*argv):

@@ -5,6 +5,7 @@ these tests show the layout of those calls is the kernel's.
 """
 
 import errno
+import os
 
 import pytest
 
@@ -63,11 +64,27 @@ def test_tcx_link_create_query_update_detach(pair, tc_obj):
                 assert _bpf.tcx_query(index, _bpf.BPF_TCX_INGRESS)["prog_ids"] == []
 
 
+def program_id_of_fd(fd):
+    """The id of the BPF program fd refers to in this process, from the kernel's /proc/self/fdinfo (None when
+    fd is not open, or not a program)."""
+    try:
+        with open("/proc/self/fdinfo/%d" % fd) as handle:
+            fields = dict(line.split(":", 1) for line in handle if ":" in line)
+    except FileNotFoundError:
+        return None
+    return int(fields["prog_id"]) if "prog_id" in fields else None
+
+
 def test_fds_are_owned_and_errors_name_the_target(tc_obj):
     with _loader.load(tc_obj, "tc_first", "sched_cls") as loaded:
         fd = loaded.program.fd
-        assert fd >= 0
+        prog_id = loaded.program.info()["id"]
+        # Not just a number: an open fd of this process, on that very program, by the kernel's word.
+        assert os.readlink("/proc/self/fd/%d" % fd) == "anon_inode:bpf-prog"
+        assert program_id_of_fd(fd) == prog_id > 0
     assert loaded.program.fd == -1, "the with block closed the program's fd"
+    # ...and really closed it: the number no longer refers to the program (it may name something opened since).
+    assert program_id_of_fd(fd) != prog_id
     with pytest.raises(_bpf.BpfError, match="open BPF link id 4294967295"):
         _bpf.Link.from_id(2 ** 32 - 1)
     with pytest.raises(_bpf.BpfError, match="open pinned map /sys/fs/bpf/no-such-pin"):

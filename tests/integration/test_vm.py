@@ -2,8 +2,8 @@
 
 What this machine's kernel cannot show: the collection on a real remote host
 (modules shipped over SSH and run by the host's own Python), on an older kernel
-that has no tcx but has act_bpf. The VM is booted for this module unless it is
-up already (then it is left running). Each Ansible task costs seconds under
+that has no tcx but has act_bpf. The VM is booted once per test session
+(conftest's vm fixture) unless it is up already (then it is left running). Each Ansible task costs seconds under
 emulation, so every test is one playbook with few tasks; the veth pairs and
 all traffic stay inside the VM.
 """
@@ -14,32 +14,16 @@ import re
 import subprocess
 import uuid
 
-import pytest
 import yaml
 
 from conftest import BPF_DIR, ROOT
 
-VM_SH = os.path.join(ROOT, "scripts", "vm.sh")
 ENV = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
            ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
            ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"))
 BIN = os.path.join(ROOT, ".venv", "bin")
 PIN_ROOT_BASE = "/sys/fs/bpf/ebpf_xdp_test"
 OBJ_DIR = "/var/lib/ebpf_xdp/test"
-
-
-@pytest.fixture(scope="module")
-def vm():
-    """The VM, booted by scripts/vm.sh unless it is up already; powered off again only if booted here."""
-    started = subprocess.run(["bash", VM_SH, "status"], capture_output=True, check=False).returncode != 0
-    try:
-        if started:
-            proc = subprocess.run(["bash", VM_SH, "up"], capture_output=True, text=True, check=False)
-            assert proc.returncode == 0, proc.stdout + proc.stderr
-        yield
-    finally:
-        if started:
-            subprocess.run(["bash", VM_SH, "down"], check=True, capture_output=True)
 
 
 def adhoc(module, args=""):

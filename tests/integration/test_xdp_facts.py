@@ -4,6 +4,9 @@ import subprocess
 import time
 
 from conftest import ROOT, SYSTEM_PYTHON
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _facts
+
+UDP = 17
 
 
 def test_facts_of_an_empty_namespace(run, pair):
@@ -22,8 +25,15 @@ def test_missing_interface_and_netns(run_distro, pair):
     assert res["failed"] and "'no-such-ns' does not exist" in res["msg"]
 
 
+def udp_counted(pin):
+    """The UDP frames the program counted so far, read from its pinned proto_count map."""
+    with _bpf.Map.from_pin(pin) as counters:
+        return (_facts.read_counters(counters) or {}).get(UDP, 0)
+
+
 def test_rates_from_two_samples(run_distro, pair, drop_obj):
-    run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj))
+    attached = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj))
+    assert attached["changed"] and not attached.get("failed"), attached
     # A steady 2000 frames/s from the sender while the facts sample for 1 s; it runs for up to 20 s, so a
     # slow module start on a loaded machine still samples while it sends, and is stopped once they are read.
     sender = subprocess.Popen([
@@ -36,6 +46,7 @@ def test_rates_from_two_samples(run_distro, pair, drop_obj):
         % (ROOT + "/.build/collections", pair.tx, pair.tx_mac, pair.rx_mac, pair.tx_ip, pair.rx_ip)])
     try:
         time.sleep(0.5)
+        before = udp_counted(attached["maps"]["proto_count"])
         facts = run_distro("xdp_facts", dict(netns=pair.rx, rate_interval=1))["ansible_facts"]["xdp"]
     finally:
         sender.terminate()
@@ -46,9 +57,17 @@ def test_rates_from_two_samples(run_distro, pair, drop_obj):
     assert 1000 <= rate <= 3000, prog
     assert prog["rates"]["proto_count"]["17"] == rate
     assert 1000 <= facts["interfaces"]["eth0"]["rates"]["stats"]["rx_packets"] <= 3000
+    # The rate against the counts the facts report: it is (second sample - first sample) / rate_interval, and
+    # the first sample came after `before` (read before the module started), the second is the count the facts
+    # report. So rate * rate_interval frames lie between the two: at most the count less `before` (plus 2 for
+    # the rounding of the rate to 0.1/s and of the interval to 1 ms). A rate of everything counted so far per
+    # interval, not of the interval's frames, fails this: `before` holds the ~1000 frames of the 0.5 s above.
+    counted = prog["protocols"]["udp"]
+    assert rate * facts["rate_interval"] <= counted - before + 2, (rate, facts["rate_interval"], counted, before)
     final = run_distro("xdp_facts", dict(netns=pair.rx))["ansible_facts"]["xdp"]
     assert set(final["interfaces"]["eth0"]["xdp"]["protocols"]) == {"udp"}
-    assert final["interfaces"]["eth0"]["xdp"]["protocols"]["udp"] >= rate
+    # Counters only grow: the facts' count is one the program had reached, not more.
+    assert final["interfaces"]["eth0"]["xdp"]["protocols"]["udp"] >= counted
 
 
 def test_no_privileges(run_distro, pair):

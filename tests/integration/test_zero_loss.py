@@ -6,12 +6,18 @@ a thread, one CPU, until told to stop, while xdp_program or tc_program
 upgrades the counting program on rx/eth0 several times in a row (a new
 object, new constants, back again). The counters are pinned maps the new
 programs reuse, so sent == counted holds only if no frame met an
-interface without a program. `sent` is what the generator's program
-counted less the frames the veth refused (its tx_dropped): a full ring
-refuses frames, an interface without a program does not, since its
-receive path counts what reaches the stack. Where a switch cannot be
-atomic (a mode switch), the frames it lost are measured and the result
-says `interrupted: true`.
+interface without a program. `sent` is every frame the generator's
+program counted, and each test asserts that the sending veth refused none
+(its tx_dropped did not grow): a full ring of the peer refuses frames
+into it, and so, on kernels without xdp_features (Debian 12's 6.1), does
+a peer with no XDP program and no GRO (no ring at all), which is just the
+gap these tests look for; a refused frame is never subtracted from what
+was sent. (Newer kernels, 6.18 here, do not hand those frames to the veth
+at all: they vanish, counted nowhere, and show as lost.)
+Rates are the delivered ones: frames counted at the receiver per second.
+Where a switch cannot be atomic (a mode switch), the frames it lost are
+measured, bounded by the window the result reports, and the result says
+`interrupted: true`.
 
 Every figure is printed (pytest -s shows them) for the issue's closing note.
 """
@@ -43,6 +49,8 @@ MIN_PPS = 1e6
 # with the module runs) bound these.
 MIN_TC_PPS = 0.5e6
 CHUNK = 1 << 16  # frames per test run: ~10 ms at the generator's rate, so stop() is prompt
+# Per mode switch, what the loss may exceed the reported window by (see the mode switch test).
+SWITCH_SLACK_MS = 5.0
 
 
 def variant(tmp_path_factory, source, marker, extra):
@@ -147,7 +155,8 @@ class Blast:
 
     @property
     def sent(self):
-        return self.generated - self.refused
+        """Every frame the generator's program sent, refused ones included: see none_refused()."""
+        return self.generated
 
     def start(self):
         self.thread.start()
@@ -164,7 +173,27 @@ class Blast:
         return self
 
     def pps(self):
+        """The offered rate, for the report: the rate checks use the delivered one (delivered_pps)."""
         return self.generated / self.seconds
+
+
+def none_refused(blast):
+    """Assert the sending veth refused none of the generator's frames (its tx_dropped did not grow).
+
+    The veth counts in the sender's tx_dropped every frame it cannot put into the peer's XDP ring: a full
+    ring, and, where the kernel still hands it such frames (no xdp_features: 6.1), a peer with no ring at all,
+    which is a peer without an XDP program and without GRO, just the gap an upgrade must not open. The counter
+    cannot tell the two apart, so a refusal is a lost frame, never one taken off what was sent. (6.18 drops
+    the frames for a ringless peer before the veth, counted nowhere: a generator aimed at a receiver without
+    program or GRO had 720896 frames vanish with tx_dropped 0, so there the count comparison finds the gap.
+    No full ring has refused a frame in these tests here: the receivers keep up with the one-CPU generator.)"""
+    assert blast.refused == 0, ("the sending veth refused %d of %d frames: lost for want of a program or of "
+                                "room in the peer's ring" % (blast.refused, blast.generated))
+
+
+def delivered_pps(frames, blast):
+    """The delivered rate: frames counted at the receiver per second of generating."""
+    return frames / blast.seconds
 
 
 def counted(path):
@@ -209,9 +238,9 @@ def check_rate(pps, minimum):
 
 
 def report(what, blast, counted_frames, results):
-    print("\n%s: %d upgrades, sent %d, counted %d, lost %d, generator %.2f Mpps (%d refused by a full ring), "
-          "%.1f s" % (what, len(results), blast.sent, counted_frames, blast.sent - counted_frames, blast.pps() / 1e6,
-                      blast.refused, blast.seconds))
+    print("\n%s: %d upgrades, sent %d, counted %d, lost %d, delivered %.2f Mpps (generator %.2f Mpps, %d refused), "
+          "%.1f s" % (what, len(results), blast.sent, counted_frames, blast.sent - counted_frames,
+                      delivered_pps(counted_frames, blast) / 1e6, blast.pps() / 1e6, blast.refused, blast.seconds))
 
 
 # ---------------------------------------------------------------- XDP
@@ -231,8 +260,9 @@ def test_xdp_upgrades_at_rate_lose_no_frame(direct, pair, drop_obj, drop_v2, tg_
     assert all(r["maps"] == first["maps"] for r in results), "the counters are reused"
     total = counted(first["maps"]["proto_count"])
     report("xdp native, bpf_link update", blast, total, results)
+    none_refused(blast)  # rx/eth0 has no GRO: a frame that met it without a program is refused (6.1) or lost
     assert total == blast.sent and blast.sent > 0
-    check_rate(blast.pps(), MIN_PPS)
+    check_rate(delivered_pps(total, blast), MIN_PPS)
 
 
 def test_xdp_forced_takeover_of_a_netlink_program_is_atomic(direct, pair, drop_obj, tg_obj):  # noqa: F811
@@ -253,6 +283,7 @@ def test_xdp_forced_takeover_of_a_netlink_program_is_atomic(direct, pair, drop_o
     ours = counted(res["maps"]["proto_count"])
     report("xdp forced takeover (netlink replace): foreign %d + ours %d" % (by_foreign, ours), blast,
            by_foreign + ours, [res])
+    none_refused(blast)  # no GRO: a frame that met rx/eth0 between the programs is refused (6.1) or lost
     assert by_foreign > 0 and ours > 0 and by_foreign + ours == blast.sent
 
 
@@ -275,10 +306,29 @@ def test_xdp_mode_switch_says_it_interrupted_and_measures_the_window(direct, pai
     assert len(windows) == 2, results
     total = counted(first["maps"]["proto_count"])
     report("xdp mode switch native->generic->native", blast, total, results)
+    # With GRO a frame that meets rx/eth0 without a program goes up the stack uncounted (the loss measured
+    # here); none may have been refused, or the loss would be undercounted.
+    none_refused(blast)
     lost = blast.sent - total
-    print("mode switch window: %d frames lost in 2 switches (%.1f us each at %.2f Mpps); module says: %s"
-          % (lost, lost / 2 / blast.pps() * 1e6, blast.pps() / 1e6, ", ".join("at most %.2f ms" % w for w in windows)))
-    assert 0 <= lost < blast.sent
+    # The rate frames reached rx/eth0 at: every one the generator sent, since none was refused. (The counted
+    # rate would leave out the very frames bounded here; they are a fraction of a percent of it.)
+    arriving = blast.sent / blast.seconds
+    # The bound: _converge._reattach times each window from before the detach to after the attach, so the
+    # hook's empty time lies inside it, and a frame is lost only if the receiver handled it then: at most
+    # arriving * window. SWITCH_SLACK_MS per switch covers (a) the frames already queued when the detach takes
+    # effect (the veth's 256-slot XDP ring and a 64-frame NAPI poll: 0.4 ms at 0.8 Mpps), handled inside the
+    # window though they arrived before it, (b) the warning's rounding to 0.01 ms, and (c) the rate being the
+    # run's average, while the generator shares the 2 CPUs with the module runs and other tests and may run
+    # faster than that during a window. (c) has no hard bound; the room is in the window itself, which also
+    # holds the detach's and attach's own synchronisation (RCU, generic XDP's static key): measured here the
+    # windows are 15-60 ms each and the loss 0.5-4.5 ms of frames each, a seventh to a fiftieth of the bound.
+    bound = arriving * sum(w + SWITCH_SLACK_MS for w in windows) / 1000
+    print("mode switch window: %d frames lost in 2 switches (%.1f us each at %.2f Mpps delivered); module says: "
+          "%s; bound %d frames" % (lost, lost / 2 / arriving * 1e6, arriving / 1e6,
+                                   ", ".join("at most %.2f ms" % w for w in windows), bound))
+    # lost >= 0: no frame counted twice (or counted that the generator did not send).
+    assert 0 <= lost <= bound, "%d frames lost, more than %.2f Mpps in windows of %s ms (+%.0f ms each)" % (
+        lost, arriving / 1e6, windows, SWITCH_SLACK_MS)
 
 
 # ---------------------------------------------------------------- tc
@@ -308,8 +358,9 @@ def test_tc_upgrades_at_rate_lose_no_frame(direct, pair, tc_obj, tc_v2, tg_obj, 
         assert all((r["priority"], r["handle"]) == (first["priority"], first["handle"]) for r in results)
     total = counted(first["maps"]["proto_count"])
     report("tc %s" % method, blast, total, results)
+    none_refused(blast)  # GRO: a frame without a tc program goes up the stack uncounted, a refused one is lost too
     assert total == blast.sent and blast.sent > 0
-    check_rate(blast.pps(), MIN_TC_PPS)
+    check_rate(delivered_pps(total, blast), MIN_TC_PPS)
 
 
 # ---------------------------------------------------------------- devmap group membership
@@ -338,8 +389,8 @@ def received(loaded):
 def test_devmap_group_members_that_stay_lose_nothing_at_rate(direct, mcast_obj, drop_obj, pin_root,
                                                               tg_obj):  # noqa: F811
     """h0 -> p0 (xdp_multicast) -> group members p1..p3 -> counting h1..h3, natively; p2 leaves and comes back
-    while the generator runs (devmap_group edits the group's devmap in place). p1 and p3 get every frame p0's program took (less what their own full ring
-    refused, counted in their tx_dropped); p2 gets part of them."""
+    while the generator runs (devmap_group edits the group's devmap in place). p1 and p3 get every frame the
+    generator sent, p2 part of them, and no veth on the way refuses one (h0 into p0, p1..p3 into h1..h3)."""
     with switch(4, mcast_obj, drop_obj, direct, pin_root, mode="native") as sw, contextlib.ExitStack() as stack:
         hosts = dropping_hosts(sw, drop_obj, stack)
         sw.ok(name="video", members=["p1", "p2", "p3"], addresses=[V4])
@@ -359,11 +410,15 @@ def test_devmap_group_members_that_stay_lose_nothing_at_rate(direct, mcast_obj, 
         time.sleep(0.1)
         got = [received(host) for host in hosts]
         dropped = [after - first for after, first in zip(refused(), before)]
-        copies = sum(got) / blast.seconds
+        copies = delivered_pps(sum(got), blast)
         figures = (blast.sent, blast.pps() / 1e6, copies / 1e6, got[1], dropped[1], got[2], got[3], dropped[3])
         print("\ndevmap group p2 out, back in: sent %d at %.2f Mpps (%.2f M copies/s delivered); p1 got %d "
               "(+%d refused), p2 %d, p3 %d (+%d)" % figures)
-        assert got[1] + dropped[1] == blast.sent == got[3] + dropped[3] and blast.sent > 0, (got, dropped)
+        # A refusal is a lost frame, whatever its cause (none_refused): none at h0 (p0's program takes every
+        # frame), none at p0..p3 (a full ring of a host, or a host without its program, would show there).
+        none_refused(blast)
+        assert dropped == [0] * ports.count, dropped
+        assert got[1] == blast.sent == got[3] and blast.sent > 0, got
         assert 0 < got[2] < blast.sent and got[0] == 0
         assert sw.prog_ids() == prog_ids and all(r["changed"] for r in results)
         # Every frame is copied to three (or two) members on the generator's CPU: the copies are the rate.

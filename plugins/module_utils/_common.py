@@ -53,6 +53,31 @@ PIN_ROOT_ARGS = dict(
 )
 
 
+# The options of each item module, documented in that module; ebpf.xdp.datapath's config entries take the same.
+XDP_PROGRAM_ARGS = dict(mode=dict(type="str", choices=["native", "generic", "auto"], default="auto"),
+                        **INTERFACE_ARGS, **PROGRAM_ARGS, **PIN_ROOT_ARGS)
+TC_PROGRAM_ARGS = dict(
+    direction=dict(type="str", choices=["ingress", "egress"], default="ingress"),
+    method=dict(type="str", choices=["tcx", "cls_bpf", "act_bpf", "auto"], default="auto"),
+    priority=dict(type="int"),
+    handle=dict(type="int"),
+    verdict=dict(type="str", default="drop",
+                 choices=["drop", "pass", "ok", "pipe", "continue", "stolen", "reclassify", "shot", "unspec"]),
+    **INTERFACE_ARGS, **PROGRAM_ARGS, **PIN_ROOT_ARGS)
+DEVMAP_GROUP_ARGS = dict(
+    name=dict(type="str"),
+    id=dict(type="int"),
+    shared_maps=dict(type="str", default="multicast"),  # _devmap.DEFAULT_SHARED_MAPS
+    netns=dict(type="str"),
+    members=dict(type="list", elements="str", default=[]),
+    addresses=dict(type="list", elements="str", default=[]),
+    exclude_ingress=dict(type="bool"),
+    exclusive=dict(type="bool", default=False),
+    egress_program=dict(type="dict", options=dict(object=dict(type="path"), program=dict(type="str"))),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+    **PIN_ROOT_ARGS)
+DEVMAP_GROUP_RULES = dict(required_one_of=[("name", "id")])
+
 # Where distributions install Python with their python3-pyroute2 package.
 SYSTEM_INTERPRETERS = ["/usr/bin/python3", "/usr/libexec/platform-python", "/usr/bin/python"]
 

@@ -23,6 +23,7 @@ import sysconfig
 import tempfile
 import time
 
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 DEFAULT_CACHE_DIR = "/var/cache/ebpf_xdp/objects"
@@ -195,3 +196,70 @@ def install(src: str, dest: str) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+# Documented in plugins/modules/bpf_object.py; ebpf.xdp.datapath's objects take the same options.
+OBJECT_ARGS = dict(
+    src=dict(type="path", required=True),
+    dest=dict(type="path"),
+    include_dirs=dict(type="list", elements="path", default=[]),
+    defines=dict(type="dict", default={}),
+    cflags=dict(type="list", elements="str", default=[]),
+    clang=dict(type="str", default="clang"),
+    cache_dir=dict(type="path", default=DEFAULT_CACHE_DIR),
+)
+
+
+def converge_object(params: dict, check_mode: bool, run_command, find_clang) -> tuple[dict, list[str]]:
+    """bpf_object's work: compile params["src"] through the content cache and install it at dest when its bytes
+    differ. run_command(argv) -> (rc, out, err); find_clang(name) -> path or None. Returns the result (with
+    `diff`) and the warnings; raises CompileError, a _bpf.BpfError or OSError."""
+    p = params
+    if not os.path.isfile(p["src"]):
+        if check_mode:
+            # An earlier task of the same run (a copy, say) would have created it.
+            return (dict(changed=True, path=p["dest"], cache_hit=False),
+                    ["source %s does not exist yet; it would be compiled once it does" % p["src"]])
+        raise CompileError("source %s does not exist" % p["src"])
+    clang = p["clang"] if os.path.isabs(p["clang"]) else find_clang(p["clang"])
+    if not clang or not os.path.exists(clang):
+        raise CompileError("%s not found; install clang (the ebpf.xdp.toolchain role does)" % p["clang"])
+
+    src_dir = os.path.dirname(os.path.abspath(p["src"]))
+    include_dirs = [src_dir] + [d for d in [os.path.join(src_dir, "include")] if os.path.isdir(d)] + p["include_dirs"]
+    defines = {k: "" if v is None else str(v) for k, v in p["defines"].items()}
+
+    def argv_for(out):
+        return compile_argv(clang, p["src"], out, include_dirs, defines, p["cflags"])
+
+    cache = ObjectCache(p["cache_dir"])
+    key = cache_key(p["src"], clang, include_dirs, defines, p["cflags"])
+    entry = cache.lookup(key, include_dirs)
+    dest = p["dest"]
+    before_sha = sha256_file(dest) if dest and os.path.isfile(dest) else None
+    cache_hit = entry is not None
+    warnings = []
+    if not cache_hit:
+        if check_mode:
+            return (dict(changed=True, cache_hit=False, path=dest or cache.paths(key)[0],
+                         cmd=argv_for(dest or cache.paths(key)[0]),
+                         diff=dict(before={"sha256": before_sha}, after={"sha256": "(compiled)"})), warnings)
+        try:
+            entry = cache.build(key, run_command, argv_for, p["src"], include_dirs)
+        except (CompileError, OSError) as exc:
+            exc.details = dict(cmd=argv_for(dest or cache.paths(key)[0]), src=p["src"])  # for the failure result
+            raise
+        if entry["warnings"]:
+            warnings.append("clang: " + entry["warnings"])
+    if dest:
+        # What counts is dest: a recompile that yields the same bytes changes nothing.
+        changed = before_sha != entry["sha256"]
+        if changed and not check_mode:
+            install(entry["path"], dest)
+    else:
+        changed = not cache_hit
+    with _bpf.BpfObject(entry["path"]) as obj:
+        programs, maps = obj.programs(), obj.maps()
+    return (dict(changed=changed, cache_hit=cache_hit, path=dest or entry["path"], sha256=entry["sha256"],
+                 checksum="sha256:" + entry["sha256"], programs=programs, maps=maps, cmd=entry["argv"],
+                 diff=dict(before={"sha256": before_sha}, after={"sha256": entry["sha256"]})), warnings)

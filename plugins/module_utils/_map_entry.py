@@ -52,6 +52,19 @@ _ALIASES = ("typedef", "const", "volatile", "restrict", "type_tag")
 NOTATIONS = "an integer, {ifindex: NAME}, an IP or MAC address, or {hex: BYTES}"
 
 
+# bpf_map_entry's options (documented there; ebpf.xdp.datapath's config.map_entries entries take the same).
+ENTRY_ARGS = dict(
+    path=dict(type="path", required=True),
+    netns=dict(type="str"),
+    entries=dict(type="list", elements="dict", default=[], options=dict(
+        key=dict(type="raw", required=True, no_log=False),
+        value=dict(type="raw"),
+    )),
+    state=dict(type="str", choices=["present", "absent"], default="present"),
+    exclusive=dict(type="bool", default=False),
+)
+
+
 class MapEntryError(EbpfXdpError):
     """A key or value that cannot be written, or a map this module does not manage."""
 

@@ -61,6 +61,17 @@ class TcHook(HookAdapter):
         self.present = present
         self.program = program
 
+    @staticmethod
+    def check_params(p: dict) -> None:
+        """What the argument spec cannot say: ranges; verdicts normalised to the names the kernel reports back, so
+        that like is compared with like."""
+        p["verdict"] = {"ok": "pass", "shot": "drop", "unspec": "continue"}.get(p["verdict"], p["verdict"])
+        if p["priority"] is not None and not 1 <= p["priority"] <= 0xFFFF:
+            raise HookError("priority must be between 1 and 65535, not %d" % p["priority"])
+        top = 0xFFF if p["method"] == "act_bpf" else 0xFFFFFFFF
+        if p["handle"] is not None and not 1 <= p["handle"] <= top:
+            raise HookError("handle must be between 1 and %d for method %s, not %d" % (top, p["method"], p["handle"]))
+
     @classmethod
     def from_params(cls, params: dict, ifindex: int, netns_key: str) -> TcHook:
         ifname = params["interface"]

@@ -205,19 +205,7 @@ from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _map_entr
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            path=dict(type="path", required=True),
-            netns=dict(type="str"),
-            entries=dict(type="list", elements="dict", default=[], options=dict(
-                key=dict(type="raw", required=True, no_log=False),
-                value=dict(type="raw"),
-            )),
-            state=dict(type="str", choices=["present", "absent"], default="present"),
-            exclusive=dict(type="bool", default=False),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=_map_entry.ENTRY_ARGS, supports_check_mode=True)
     _common.require_libraries(module, pyroute2=False)
     # CAP_SYS_ADMIN grants CAP_BPF (missing_capabilities); entering a namespace needs CAP_SYS_ADMIN itself.
     needed = ("CAP_BPF", "CAP_NET_ADMIN") + (("CAP_SYS_ADMIN",) if module.params["netns"] else ())

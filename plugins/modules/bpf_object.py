@@ -141,87 +141,22 @@ stderr_lines:
   elements: str
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _common, _compile
-
-
-def describe(path):
-    with _bpf.BpfObject(path) as obj:
-        return obj.programs(), obj.maps()
+from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _compile
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            src=dict(type="path", required=True),
-            dest=dict(type="path"),
-            include_dirs=dict(type="list", elements="path", default=[]),
-            defines=dict(type="dict", default={}),
-            cflags=dict(type="list", elements="str", default=[]),
-            clang=dict(type="str", default="clang"),
-            cache_dir=dict(type="path", default=_compile.DEFAULT_CACHE_DIR),
-        ),
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=_compile.OBJECT_ARGS, supports_check_mode=True)
     _common.require_libraries(module, pyroute2=False)
-    p = module.params
-    if not os.path.isfile(p["src"]):
-        if module.check_mode:
-            # An earlier task of the same run (a copy, say) would have created it.
-            module.warn("source %s does not exist yet; it would be compiled once it does" % p["src"])
-            module.exit_json(changed=True, path=p["dest"], cache_hit=False)
-        module.fail_json(msg="source %s does not exist" % p["src"])
-    clang = p["clang"] if os.path.isabs(p["clang"]) else module.get_bin_path(p["clang"])
-    if not clang or not os.path.exists(clang):
-        module.fail_json(msg="%s not found; install clang (the ebpf.xdp.toolchain role does)" % p["clang"])
-
-    src_dir = os.path.dirname(os.path.abspath(p["src"]))
-    include_dirs = [src_dir] + [d for d in [os.path.join(src_dir, "include")] if os.path.isdir(d)] + p["include_dirs"]
-    defines = {k: "" if v is None else str(v) for k, v in p["defines"].items()}
-
-    def argv_for(out):
-        return _compile.compile_argv(clang, p["src"], out, include_dirs, defines, p["cflags"])
-
-    cache = _compile.ObjectCache(p["cache_dir"])
-    key = _compile.cache_key(p["src"], clang, include_dirs, defines, p["cflags"])
-    entry = cache.lookup(key, include_dirs)
-    dest = p["dest"]
-    before_sha = _compile.sha256_file(dest) if dest and os.path.isfile(dest) else None
-    cache_hit = entry is not None
-
-    if not cache_hit:
-        if module.check_mode:
-            module.exit_json(changed=True, cache_hit=False, path=dest or cache.paths(key)[0],
-                             cmd=argv_for(dest or cache.paths(key)[0]),
-                             diff=dict(before={"sha256": before_sha}, after={"sha256": "(compiled)"}))
-        try:
-            entry = cache.build(key, module.run_command, argv_for, p["src"], include_dirs)
-        except (_compile.CompileError, OSError) as exc:
-            _common.fail_from(module, exc, cmd=argv_for(dest or cache.paths(key)[0]), src=p["src"])
-        if entry["warnings"]:
-            module.warn("clang: " + entry["warnings"])
-
-    if dest:
-        # What counts is dest: a recompile that yields the same bytes changes nothing.
-        changed = before_sha != entry["sha256"]
-        if changed and not module.check_mode:
-            try:
-                _compile.install(entry["path"], dest)
-            except OSError as exc:
-                _common.fail_from(module, exc, src=p["src"])
-    else:
-        changed = not cache_hit
-
     try:
-        programs, maps = describe(entry["path"])
-    except _bpf.BpfError as exc:
-        _common.fail_from(module, exc)
-    module.exit_json(changed=changed, cache_hit=cache_hit, path=dest or entry["path"], sha256=entry["sha256"],
-                     checksum="sha256:" + entry["sha256"], programs=programs, maps=maps, cmd=entry["argv"],
-                     diff=dict(before={"sha256": before_sha}, after={"sha256": entry["sha256"]}))
+        result, warnings = _compile.converge_object(module.params, module.check_mode, module.run_command,
+                                                    module.get_bin_path)
+    except _common.KNOWN_ERRORS as exc:
+        _common.fail_from(module, exc, **getattr(exc, "details", {}))
+    for warning in warnings:
+        module.warn(warning)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -238,22 +238,8 @@ from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _devmap
 
 
 def main():
-    argument_spec = dict(
-        name=dict(type="str"),
-        id=dict(type="int"),
-        shared_maps=dict(type="str", default=_devmap.DEFAULT_SHARED_MAPS),
-        netns=dict(type="str"),
-        members=dict(type="list", elements="str", default=[]),
-        addresses=dict(type="list", elements="str", default=[]),
-        exclude_ingress=dict(type="bool"),
-        exclusive=dict(type="bool", default=False),
-        egress_program=dict(type="dict", options=dict(object=dict(type="path"),
-                                                      program=dict(type="str"))),
-        state=dict(type="str", choices=["present", "absent"], default="present"),
-    )
-    argument_spec.update(_common.PIN_ROOT_ARGS)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
-                           required_one_of=[("name", "id")])
+    module = AnsibleModule(argument_spec=_common.DEVMAP_GROUP_ARGS, supports_check_mode=True,
+                           **_common.DEVMAP_GROUP_RULES)
     _common.require_libraries(module, pyroute2=False)
     _common.require_privileges(module)
     try:

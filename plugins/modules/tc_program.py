@@ -272,27 +272,12 @@ from ansible_collections.ebpf.xdp.plugins.module_utils._tc import TcHook
 
 
 def main():
-    argument_spec = dict(
-        direction=dict(type="str", choices=["ingress", "egress"], default="ingress"),
-        method=dict(type="str", choices=["tcx", "cls_bpf", "act_bpf", "auto"], default="auto"),
-        priority=dict(type="int"),
-        handle=dict(type="int"),
-        verdict=dict(type="str", default="drop",
-                     choices=["drop", "pass", "ok", "pipe", "continue", "stolen", "reclassify", "shot", "unspec"]),
-    )
-    argument_spec.update(_common.INTERFACE_ARGS)
-    argument_spec.update(_common.PROGRAM_ARGS)
-    argument_spec.update(_common.PIN_ROOT_ARGS)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
+    module = AnsibleModule(argument_spec=_common.TC_PROGRAM_ARGS, supports_check_mode=True,
                            **_revisions.module_rules(_bcc.MODULE_RULES))
-    p = module.params
-    # tc's aliases, as the kernel reports them back: compare like with like.
-    p["verdict"] = {"ok": "pass", "shot": "drop", "unspec": "continue"}.get(p["verdict"], p["verdict"])
-    if p["priority"] is not None and not 1 <= p["priority"] <= 0xFFFF:
-        module.fail_json(msg="priority must be between 1 and 65535, not %d" % p["priority"])
-    if p["handle"] is not None and not 1 <= p["handle"] <= (0xFFF if p["method"] == "act_bpf" else 0xFFFFFFFF):
-        module.fail_json(msg="handle must be between 1 and %d for method %s, not %d"
-                             % (0xFFF if p["method"] == "act_bpf" else 0xFFFFFFFF, p["method"], p["handle"]))
+    try:
+        TcHook.check_params(module.params)
+    except _common.KNOWN_ERRORS as exc:
+        _common.fail_from(module, exc)
     _bcc.prepare(module)  # before the other checks: it may re-run the module under the system Python
     _common.require_libraries(module)
     _common.require_privileges(module)

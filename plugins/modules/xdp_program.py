@@ -229,13 +229,7 @@ from ansible_collections.ebpf.xdp.plugins.module_utils._xdp import XdpHook
 
 
 def main():
-    argument_spec = dict(
-        mode=dict(type="str", choices=["native", "generic", "auto"], default="auto"),
-    )
-    argument_spec.update(_common.INTERFACE_ARGS)
-    argument_spec.update(_common.PROGRAM_ARGS)
-    argument_spec.update(_common.PIN_ROOT_ARGS)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True,
+    module = AnsibleModule(argument_spec=_common.XDP_PROGRAM_ARGS, supports_check_mode=True,
                            **_revisions.module_rules(_bcc.MODULE_RULES))
     _bcc.prepare(module)  # before the other checks: it may re-run the module under the system Python
     _common.require_libraries(module, pyroute2=False)

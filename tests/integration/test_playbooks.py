@@ -1,4 +1,5 @@
-"""The main job end to end: lab up, deploy_xdp.yml four times, witnesses agree, lab down."""
+"""The main job end to end: lab up, deploy_xdp.yml four times, witnesses agree, an entry taken out of the
+inventory goes (the lab's xdp_deploy_state is overridden), lab down. One lab for the file."""
 
 import json
 import os
@@ -30,14 +31,14 @@ def adhoc(pattern, name, args):
     return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]
 
 
-@pytest.fixture
-def lab(tmp_path):
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
     """The lab up, and the extra vars of a deploy that starts from an empty object directory, as a fresh host
     does (the default /var/lib/ebpf_xdp/objects keeps what earlier runs compiled: a first check-mode run would
     then find the objects it has to predict)."""
     playbook("lab_down.yml")
     playbook("lab_up.yml")
-    yield {"xdp_deploy_object_dir": str(tmp_path / "objects")}
+    yield {"xdp_deploy_object_dir": str(tmp_path_factory.mktemp("deploy") / "objects")}
     playbook("lab_down.yml")
     assert not os.path.exists("/run/netns/receiver")
     assert not os.path.exists("/sys/fs/bpf/ebpf_xdp/receiver")
@@ -80,3 +81,38 @@ def test_deploy_rhythm_and_witnesses(lab):
     assert groups["flood"]["egress_program"] == "xdp_egress_mac"
     # ... and the sender's port, a member of both, got back the flood copies only (video excludes the ingress).
     assert found["sender"]["ansible_facts"]["xdp"]["interfaces"]["eth3"]["xdp"]["protocols"] == {"udp": 100}
+
+
+RECEIVER_ONLY = """
+- name: Converge the receiver as the inventory says
+  hosts: receiver
+  gather_facts: false
+  roles:
+    - role: ebpf.xdp.xdp_deploy
+"""
+
+
+def test_an_entry_taken_out_of_the_inventory_goes(lab, tmp_path):
+    """xdp_deploy_state overridden (the lab's): the receiver's eth1 entry taken out, its program is removed on
+    the next run; eth0's stays, the same program; check mode first, then the four-step rhythm."""
+    play = tmp_path / "receiver.yml"
+    play.write_text(RECEIVER_ONLY)
+    out = ansible_playbook(str(play), extra_vars=[lab])
+    kept = xdp_attached("receiver", "eth0")
+    assert kept and xdp_attached("receiver", "eth1"), out["stats"]
+    only_eth0 = dict(lab, xdp_deploy_programs=[{"interface": "eth0", "object": "xdp_drop_count",
+                                                "program": "xdp_drop_count", "mode": "native"}])
+    steps, results = [], []
+    for check in (True, False, True, False):
+        out = ansible_playbook(str(play), check=check, extra_vars=[only_eth0])
+        steps.append((changed_by_host(out)["receiver"], bool(xdp_attached("receiver", "eth1"))))
+        results.append(task_results(out, "Converge objects, programs and groups")["receiver"])
+    assert steps == [(1, True), (1, False), (0, False), (0, False)], steps
+    assert [c["entry"] for c in results[1]["changes"]] == ["the XDP hook of eth1 (not declared)"], results[1]
+    assert results[0]["changes"] == results[1]["changes"], "check mode predicted another change"
+    assert [e["interface"] for e in results[3]["before"]["xdp"]] == ["eth0"], results[3]
+    assert xdp_attached("receiver", "eth0") == kept
+    assert not os.path.exists("/sys/fs/bpf/ebpf_xdp/receiver/eth1/xdp"), "its pins stayed"
+    # Declared again: attached again.
+    out = ansible_playbook(str(play), extra_vars=[lab])
+    assert changed_by_host(out)["receiver"] == 1 and xdp_attached("receiver", "eth1")

@@ -36,6 +36,7 @@ PLAYBOOK = """
 """
 DASHBOARD = os.path.join(ROOT, "roles", "xdp_metrics", "files", "grafana", "ebpf_xdp.json")
 
+
 def free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -1,0 +1,400 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) ebpf.xdp contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""ebpf.xdp.datapath: a host's whole data path in one module run, as a network resource module.
+
+Private to the ebpf.xdp collection: the interface may change without notice.
+
+`config` has one list per kind of item, and each entry takes exactly the
+options of the per-item module that manages that kind (their argument specs
+live next to their code and are read from there):
+
+    objects        bpf_object     (src, dest, ...)       compiled first
+    xdp            xdp_program    (interface, object, mode, ...)
+    tc             tc_program     (interface, direction, method, ...)
+    devmap_groups  devmap_group   (name/id, members, ...) after the programs whose map sets hold them
+    map_entries    bpf_map_entry  (path, entries, ...)    last
+
+Each entry is converged by the same code its per-item module runs, in the
+order above; removals come after every addition and change. What this
+collection has on the host is read back in the same shape (`gather`): an
+XDP or tc attachment from its ownership record, a group from its map set.
+Map entries are not gathered (which entries of a map are "declared" is the
+task's to say), objects are files, not host state.
+
+A failure puts back, in reverse order, what the run had changed: an upgraded
+program goes back to its previous revision, a new one goes away, a removed
+one is attached again from its record, a group gets its members back, map
+entries their values.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+from ansible_collections.ebpf.xdp.plugins.module_utils import (
+    _bcc, _common, _compile, _converge, _devmap, _map_entry, _netns, _pins, _revisions)
+from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
+from ansible_collections.ebpf.xdp.plugins.module_utils._tc import TcHook
+from ansible_collections.ebpf.xdp.plugins.module_utils._xdp import XdpHook
+
+STATES = ("merged", "replaced", "overridden", "deleted", "gathered")
+PROGRAM_RULES = _revisions.module_rules(_bcc.MODULE_RULES)
+# section -> (module, argument spec, rules); the converge order.
+SECTIONS = {
+    "objects": ("bpf_object", _compile.OBJECT_ARGS, {}),
+    "xdp": ("xdp_program", _common.XDP_PROGRAM_ARGS, PROGRAM_RULES),
+    "tc": ("tc_program", _common.TC_PROGRAM_ARGS, PROGRAM_RULES),
+    "devmap_groups": ("devmap_group", _common.DEVMAP_GROUP_ARGS, _common.DEVMAP_GROUP_RULES),
+    "map_entries": ("bpf_map_entry", _map_entry.ENTRY_ARGS, {}),
+}
+HOOKS = {"xdp": XdpHook.from_params, "tc": TcHook.from_params}
+# The module's options (documented in plugins/modules/datapath.py). The entries are checked by validate(), each
+# against its own module's spec: Ansible's suboptions would need a second copy of every one of them.
+ARGS = dict(
+    config=dict(type="dict", options={section: dict(type="list", elements="dict") for section in SECTIONS}),
+    state=dict(type="str", choices=list(STATES), default="merged"),
+    namespaces=dict(type="list", elements="str", default=[]),
+    **_common.PIN_ROOT_ARGS,
+)
+# The pin directories of an interface that hold one attachment each (see _pins' layout).
+ATTACHMENT_DIRS = ("xdp", "tc_ingress", "tc_egress")
+# Set once for the whole task, never per entry.
+TASK_WIDE = ("pin_root",)
+
+
+class ConfigError(EbpfXdpError):
+    """config names something twice, or an entry is not what its module takes; nothing was changed."""
+
+
+class ItemError(EbpfXdpError):
+    """One entry failed; what was put back is in `put_back`."""
+
+    def __init__(self, message: str, put_back: list[str]):
+        super().__init__(message)
+        self.put_back = put_back
+
+
+# ---------------------------------------------------------------- the config
+
+
+def where(section: str, index: int) -> str:
+    return "config.%s[%d]" % (section, index)
+
+
+def validate(config: dict, pin_root: str) -> dict[str, list[dict]]:
+    """Each entry checked against its module's argument spec, with the spec's defaults filled in; every entry
+    of a hook, group, map or object file named once. Raises ConfigError naming the entry."""
+    out = {}
+    for section, (module, spec, rules) in SECTIONS.items():
+        entries = []
+        for index, entry in enumerate(config.get(section) or []):
+            if not isinstance(entry, dict):
+                raise ConfigError("%s: an entry is a dict of %s's options, not %r"
+                                  % (where(section, index), module, entry))
+            given = [name for name in TASK_WIDE if name in entry]
+            if given:
+                raise ConfigError("%s: %s is set once for the task, not per entry"
+                                  % (where(section, index), ", ".join(given)))
+            params = dict(entry, pin_root=pin_root) if "pin_root" in spec else dict(entry)
+            result = ArgumentSpecValidator(spec, **rules).validate(params)
+            if result.error_messages:
+                raise ConfigError("%s: %s" % (where(section, index), "; ".join(result.error_messages)))
+            params = result.validated_parameters
+            if section in ("xdp", "tc") and params["backend"] != "libbpf":
+                raise ConfigError("%s: backend %s is not available in ebpf.xdp.datapath; use ebpf.xdp.%s for it"
+                                  % (where(section, index), params["backend"], module))
+            if section == "tc":
+                try:
+                    TcHook.check_params(params)
+                except EbpfXdpError as exc:
+                    raise ConfigError("%s: %s" % (where(section, index), exc)) from exc
+            entries.append(params)
+        out[section] = entries
+    _refuse_twice(out)
+    return out
+
+
+def key_of(section: str, params: dict) -> tuple:
+    """What one entry is the only one to manage: a hook, a group of a map set, a map, an object file."""
+    if section == "objects":
+        return (params["dest"] or params["src"],)
+    if section == "xdp":
+        return (params["netns"], params["interface"])
+    if section == "tc":
+        return (params["netns"], params["interface"], params["direction"])
+    if section == "map_entries":
+        return (params["netns"], params["path"])
+    raise ValueError(section)
+
+
+def describe(section: str, key: tuple) -> str:
+    netns = key[0] if section != "objects" else None
+    place = {"objects": lambda: "object %s" % key[0],
+             "xdp": lambda: "the XDP hook of %s" % key[1],
+             "tc": lambda: "the tc %s hook of %s" % (key[2], key[1]),
+             "map_entries": lambda: "map %s" % key[1],
+             "devmap_groups": lambda: "group %s of map set %s" % (key[2], key[1])}[section]()
+    return place + (" in netns %s" % netns if netns else "")
+
+
+def _refuse_twice(validated: dict) -> None:
+    """Two entries for one hook (or group, map, object file) would undo each other on every run."""
+    for section, entries in validated.items():
+        seen = {}
+        for index, params in enumerate(entries):
+            keys = _group_keys(params) if section == "devmap_groups" else [key_of(section, params)]
+            for key in keys:
+                if key in seen:
+                    raise ConfigError("%s and %s both manage %s: give each one entry"
+                                      % (where(section, seen[key]), where(section, index), describe(section, key)))
+                seen[key] = index
+
+
+def _group_keys(params: dict) -> list[tuple]:
+    """A group is named by its name, its id, or both: each names it."""
+    return [(params["netns"], params["shared_maps"], value) for value in (params["name"], params["id"])
+            if value is not None]
+
+
+# ---------------------------------------------------------------- reading the host back
+
+
+def scope(validated: dict, namespaces: list[str] | None) -> list[str | None]:
+    """The namespaces a run reads and may remove from: the module's own (None), every netns config names, and
+    the ones the task lists. Lab hosts share one bpffs; another host's namespace is never in scope."""
+    found = [None]
+    for name in (namespaces or []) + [p.get("netns") for entries in validated.values() for p in entries]:
+        if name and name not in found:
+            found.append(name)
+    return found
+
+
+def gather(pin_root: str, namespaces: list[str | None]) -> dict[str, list[dict]]:
+    """This collection's XDP and tc attachments and devmap groups in the namespaces, in config's shape."""
+    out = {"xdp": [], "tc": [], "devmap_groups": []}
+    for netns in namespaces:
+        with _netns.netns(netns):
+            key = _netns.netns_key(netns)
+            top = os.path.join(pin_root, key)
+            for ifname in sorted(os.listdir(top)) if os.path.isdir(top) else []:
+                if ifname == _pins.SHARED_MAPS:
+                    continue
+                for hook in sorted(os.listdir(os.path.join(top, ifname))):
+                    if hook not in ATTACHMENT_DIRS:
+                        continue  # the clsact record, or another kind of pin directory of the collection
+                    record = _pins.Record(os.path.join(top, ifname, hook, "owner")).read()
+                    if record:
+                        section, entry = _entry_of(record, netns, ifname, hook)
+                        out[section].append(entry)
+            for name, set_dir in _devmap.map_sets(pin_root, key).items():
+                with _devmap.MapSet(set_dir, name) as mset:
+                    records = mset.records()
+                for group in _devmap.read_groups(set_dir, name):
+                    if group["id"] in records:
+                        out["devmap_groups"].append(_group_entry(group, netns, name, records[group["id"]]))
+    return out
+
+
+def _entry_of(record: dict, netns: str | None, ifname: str, hook: str) -> tuple[str, dict]:
+    """An attachment's record as the config entry that would leave it as it is."""
+    entry = {"interface": ifname, "netns": netns, "object": record.get("object"),
+             "program": record.get("program"), "constants": record.get("constants") or {}}
+    if record.get("shared_maps"):
+        entry["shared_maps"] = record["shared_maps"]
+    if hook == "xdp":
+        return "xdp", dict(entry, mode=record.get("requested_mode") or "auto")
+    entry.update(direction=record.get("direction") or hook[len("tc_"):],
+                 method=record.get("requested_method") or "auto")
+    for name in ("priority", "handle", "verdict"):
+        if record.get("requested_" + name) is not None:
+            entry[name] = record["requested_" + name]
+    return "tc", entry
+
+
+def _group_entry(group: dict, netns: str | None, set_name: str, record: dict) -> dict:
+    entry = {"name": group["name"], "id": group["id"], "netns": netns, "shared_maps": set_name,
+             "members": [member["name"] for member in group["members"]], "addresses": group["addresses"],
+             "exclude_ingress": group["exclude_ingress"]}
+    egress = record.get("egress") or {}
+    if egress.get("object"):
+        entry["egress_program"] = {"object": egress["object"], "program": egress.get("program")}
+    return entry
+
+
+# ---------------------------------------------------------------- planning
+
+
+def _declared_keys(section: str, entries: list[dict]) -> set:
+    keys = set()
+    for params in entries:
+        keys.update(_group_keys(params) if section == "devmap_groups" else [key_of(section, params)])
+    return keys
+
+
+def _entry_key(section: str, entry: dict) -> list[tuple]:
+    return _group_keys(dict(entry, name=entry.get("name"), id=entry.get("id"))) if section == "devmap_groups" \
+        else [key_of(section, dict(entry, direction=entry.get("direction")))]
+
+
+def plan(state: str, validated: dict, gathered: dict, pin_root: str) -> list[tuple[str, int | None, dict]]:
+    """(section, index in config or None, params) in the order they run: the declared entries, then what must go."""
+    steps = []
+    if state == "deleted":
+        doomed = validated if any(validated[s] for s in ("xdp", "tc", "devmap_groups")) else gathered
+        for section in ("devmap_groups", "tc", "xdp"):
+            for index, params in enumerate(doomed.get(section, [])):
+                steps.append((section, index if doomed is validated else None, _absent(section, params, pin_root)))
+        return steps
+    for section in SECTIONS:
+        for index, params in enumerate(validated[section]):
+            if state == "replaced" and section in ("devmap_groups", "map_entries"):
+                params = dict(params, exclusive=True)  # exactly as declared
+            steps.append((section, index, params))
+    if state in ("replaced", "overridden"):
+        declared_sets = {(p["netns"], p["shared_maps"]) for p in validated["devmap_groups"]}
+        for section in ("devmap_groups", "tc", "xdp"):
+            keys = _declared_keys(section, validated[section])
+            for entry in gathered[section]:
+                if any(key in keys for key in _entry_key(section, entry)):
+                    continue
+                if state == "replaced" and (section != "devmap_groups"
+                                            or (entry["netns"], entry["shared_maps"]) not in declared_sets):
+                    continue  # replaced: only the map sets config names end exactly as declared
+                steps.append((section, None, _absent(section, _full(section, entry, pin_root), pin_root)))
+    return steps
+
+
+def _full(section: str, entry: dict, pin_root: str) -> dict:
+    """A gathered entry with its module's defaults, as validate() would give it."""
+    _module, spec, rules = SECTIONS[section]
+    params = dict(entry, pin_root=pin_root)
+    result = ArgumentSpecValidator(spec, **rules).validate(params)
+    return result.validated_parameters
+
+
+def _absent(section: str, params: dict, pin_root: str) -> dict:
+    params = dict(params, state="absent")
+    if section in ("xdp", "tc"):
+        params.update(revision=None)
+    return _full(section, {k: v for k, v in params.items() if k != "pin_root"}, pin_root)
+
+
+# ---------------------------------------------------------------- converging
+
+
+class Run:
+    """One datapath task: its steps converged in order, each change journalled for the put-back."""
+
+    def __init__(self, pin_root: str, check_mode: bool, run_command, find_clang):
+        self.pin_root = pin_root
+        self.check_mode = check_mode
+        self.run_command = run_command
+        self.find_clang = find_clang
+        self.warnings: list[str] = []
+        self.changes: list[dict] = []
+        # Per declared entry, what its module would have returned, with the entry as `item` (the shape of a
+        # registered loop, which the rollout filters read).
+        self.results: dict[str, list[dict]] = {section: [] for section in SECTIONS}
+        self.journal: list[tuple[str, dict, str]] = []  # (section, params that put it back, what)
+
+    def converge(self, section: str, params: dict) -> dict:
+        if section == "objects":
+            result, warnings = _compile.converge_object(params, self.check_mode, self.run_command, self.find_clang)
+        elif section in HOOKS:
+            result, warnings = _converge.converge_interface(params, self.check_mode, HOOKS[section])
+        elif section == "devmap_groups":
+            result, warnings = _devmap.converge(params, self.check_mode)
+        else:
+            result = _map_entry.converge(params, self.check_mode)
+            warnings = []
+        self.warnings.extend(warnings)
+        return result
+
+    def step(self, section: str, index: int | None, params: dict, gathered: dict) -> None:
+        label = where(section, index) if index is not None else "%s (not declared)" % describe(
+            section, _entry_key(section, params)[0])
+        try:
+            result = self.converge(section, params)
+        except Exception as exc:
+            put_back = [] if self.check_mode else self.put_back()
+            raise ItemError("%s: %s" % (label, exc), put_back) from exc
+        if index is not None:
+            self.results[section].append(dict(result, item={k: v for k, v in params.items() if k != "pin_root"}))
+        if result.get("changed"):
+            self.changes.append({"entry": label, "section": section, "state": params.get("state", "present"),
+                                 "diff": result.get("diff")})
+            if not self.check_mode:
+                undo = self._undo(section, params, result, gathered)
+                if undo is not None:
+                    self.journal.append((section, undo, label))
+
+    def _undo(self, section: str, params: dict, result: dict, gathered: dict) -> dict | None:
+        """The params that put back what this step changed (None: nothing to put back, such as an object file)."""
+        if section in HOOKS:
+            before = [entry for entry in gathered[section] if _entry_key(section, entry) == _entry_key(section, params)]
+            if params["state"] == "absent":
+                return _full(section, before[0], self.pin_root) if before else None
+            if not before:
+                return _absent(section, params, self.pin_root)
+            # Atomically, maps kept: what the role's rollback entry point does too.
+            return dict(params, revision=_revisions.PREVIOUS, constants={},
+                        **dict.fromkeys(set(_revisions.PROGRAM_OPTIONS) - {"constants"}))
+        if section == "devmap_groups":
+            before = [entry for entry in gathered[section]
+                      if set(_entry_key(section, entry)) & set(_entry_key(section, params))]
+            if before:
+                return _full(section, dict(before[0], exclusive=True), self.pin_root)
+            return _absent(section, dict(params, id=result.get("id", params.get("id"))), self.pin_root)
+        if section == "map_entries":
+            # The map as it was (exclusive: what the step added goes again). A per-CPU entry whose CPUs held
+            # different values cannot be written back by key and value: it is left out.
+            earlier = ((result.get("diff") or {}).get("before") or {}).get("entries", [])
+            return dict(params, state="present", exclusive=True,
+                        entries=[{"key": e["key"], "value": e["value"]} for e in earlier if "value" in e])
+        return None
+
+    def put_back(self) -> list[str]:
+        """Undo the journal in reverse; what was put back (or could not be), in words."""
+        said = []
+        for section, params, label in reversed(self.journal):
+            try:
+                self.converge(section, params)
+                said.append("%s: put back" % label)
+            except Exception as exc:  # pylint: disable=broad-except
+                said.append("%s: could not be put back: %s" % (label, exc))
+        self.journal = []
+        return said
+
+
+def run(params: dict, check_mode: bool, run_command, find_clang) -> tuple[dict, list[str]]:
+    """The datapath module's work: (result, warnings). Raises ConfigError before anything changed, ItemError
+    after putting back what the run had changed."""
+    state, pin_root = params["state"], params["pin_root"]
+    validated = validate(params["config"] or {}, pin_root)
+    namespaces = scope(validated, params["namespaces"])
+    before = gather(pin_root, namespaces)
+    if state == "gathered":
+        return dict(changed=False, gathered=before, namespaces=namespaces), []
+    job = Run(pin_root, check_mode, run_command, find_clang)
+    for section, index, step_params in plan(state, validated, before, pin_root):
+        job.step(section, index, copy.deepcopy(step_params), before)
+    after = before if not job.changes else (predict(before, job.changes) if check_mode else
+                                            gather(pin_root, namespaces))
+    result = dict(changed=bool(job.changes), before=before, after=after, changes=job.changes,
+                  results=job.results, namespaces=namespaces)
+    result["diff"] = dict(before=before, after=after)
+    return result, job.warnings
+
+
+def predict(before: dict, changes: list[dict]) -> dict:
+    """Check mode's `after`: what can be said without acting is which entries change; their new state is the
+    entry itself, which the real run reads back."""
+    after = copy.deepcopy(before)
+    after["changed_entries"] = [change["entry"] for change in changes]
+    return after

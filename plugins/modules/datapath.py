@@ -1,0 +1,208 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+# Copyright (c) ebpf.xdp contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: datapath
+short_description: Converge a host's whole XDP and tc data path in one task
+version_added: 0.1.0
+description:
+  - A resource module in the manner of Ansible's network resource modules. O(config) declares the host's
+    BPF objects, XDP programs, tc programs, multicast groups and map entries; O(state) says what to do
+    with them. Everything happens in one module run on the host, instead of one run per item.
+  - Each entry of a O(config) list takes exactly the options of the module that manages that kind of item,
+    with the same defaults and checks (see that module's documentation), but O(pin_root), which is set once
+    for the task.
+  - Items are converged by the same code as their modules, in this order - objects, XDP programs, tc
+    programs, groups, map entries; whatever O(state) removes goes after every addition and change.
+  - When an item fails, what the run had changed already is put back in reverse order (an upgraded
+    program returns to its previous revision, atomically and with its maps; a new one goes; a removed one
+    is attached again from its record, with new maps; a group gets its members back; a map its values),
+    and the task fails naming the entry, for example C(config.tc[2]), and listing what was put back.
+  - Two entries for one hook, one group, one map or one object file are an error before anything changes.
+author:
+  - ebpf.xdp developers (@ebpf-xdp)
+requirements:
+  - libbpf >= 1.0 (C(libbpf.so.1)), pyroute2, and clang when O(config.objects) compiles
+  - root (C(CAP_BPF), C(CAP_NET_ADMIN), C(CAP_SYS_ADMIN)) and a mounted bpffs
+extends_documentation_fragment:
+  - ebpf.xdp.attributes
+  - ebpf.xdp.pin_root
+options:
+  config:
+    description:
+      - The host's data path. Omitted lists are empty.
+    type: dict
+    suboptions:
+      objects:
+        description:
+          - BPF C sources to compile, each with the options of M(ebpf.xdp.bpf_object) (O(ebpf.xdp.bpf_object#module:src),
+            O(ebpf.xdp.bpf_object#module:dest), ...). Compiled first, so the programs below can load them.
+        type: list
+        elements: dict
+      xdp:
+        description:
+          - XDP programs, each with the options of M(ebpf.xdp.xdp_program) (O(ebpf.xdp.xdp_program#module:interface),
+            O(ebpf.xdp.xdp_program#module:object), O(ebpf.xdp.xdp_program#module:mode), ...), one entry per
+            interface and namespace.
+          - O(ebpf.xdp.xdp_program#module:backend=bcc) is not available here; use M(ebpf.xdp.xdp_program) for it.
+        type: list
+        elements: dict
+      tc:
+        description:
+          - tc programs, each with the options of M(ebpf.xdp.tc_program), one entry per interface, direction and
+            namespace.
+        type: list
+        elements: dict
+      devmap_groups:
+        description:
+          - Multicast groups, each with the options of M(ebpf.xdp.devmap_group), one entry per group of a map set.
+        type: list
+        elements: dict
+      map_entries:
+        description:
+          - Entries of pinned maps, each with the options of M(ebpf.xdp.bpf_map_entry), one entry per map.
+          - Not read back by O(state=gathered), and not removed by O(state=overridden) or O(state=deleted) unless
+            an entry says so itself.
+        type: list
+        elements: dict
+  state:
+    description:
+      - V(merged) converges every entry as its module would, and touches nothing else.
+      - V(replaced) also makes each map set named by a group entry hold exactly the declared groups, each group
+        exactly its declared members and addresses, and each map exactly its declared entries.
+      - V(overridden) also removes every XDP and tc attachment and every group of this collection in
+        O(namespaces) that O(config) does not declare. Programs this collection did not attach are never
+        touched (as with the per-item modules, unless an entry says O(ebpf.xdp.xdp_program#module:force=true)).
+      - V(deleted) removes the declared XDP and tc programs and groups; with none declared, every one of this
+        collection's in O(namespaces).
+      - V(gathered) changes nothing and returns RV(gathered), the host's attachments and groups in the shape of
+        O(config); fed back with V(overridden), it is no change.
+    type: str
+    choices: [merged, replaced, overridden, deleted, gathered]
+    default: merged
+  namespaces:
+    description:
+      - Network namespaces to read (V(gathered)) and clean up (V(overridden), V(deleted)) besides the one the
+        module runs in and those O(config) names. Hosts that share one bpffs (namespaces of one machine) keep
+        their pins apart; another host's namespace is in scope only when named.
+    type: list
+    elements: str
+    default: []
+attributes:
+  check_mode:
+    support: full
+    details:
+      - Each entry is checked as its module checks it in check mode (programs are loaded, not attached, to
+        compare tags and to surface verifier errors). An entry whose object an earlier entry of the same run
+        would compile is reported as a change.
+  diff_mode:
+    support: full
+  idempotent:
+    support: full
+notes:
+  - The per-item modules stay; M(ebpf.xdp.xdp_program) and the others run the same code for one item.
+seealso:
+  - module: ebpf.xdp.xdp_program
+  - module: ebpf.xdp.tc_program
+  - module: ebpf.xdp.devmap_group
+  - module: ebpf.xdp.bpf_map_entry
+  - module: ebpf.xdp.bpf_object
+"""
+
+EXAMPLES = r"""
+- name: Converge the receiver's data path, and remove what it no longer declares
+  ebpf.xdp.datapath:
+    state: overridden
+    config:
+      objects:
+        - src: /var/lib/ebpf_xdp/src/xdp_drop_count.bpf.c
+          dest: /var/lib/ebpf_xdp/objects/xdp_drop_count.o
+      xdp:
+        - interface: eth0
+          object: /var/lib/ebpf_xdp/objects/xdp_drop_count.o
+          mode: native
+        - interface: eth1
+          object: /var/lib/ebpf_xdp/objects/xdp_drop_count.o
+          constants: {xdp_action: 2}
+
+- name: Read what the collection has on the host, in the shape of config
+  ebpf.xdp.datapath:
+    state: gathered
+  register: current
+
+- name: Feed it back, as a no-change run
+  ebpf.xdp.datapath:
+    state: overridden
+    config: "{{ current.gathered }}"
+"""
+
+RETURN = r"""
+before:
+  description: The host's attachments and groups before the task, in the shape of O(config) (see RV(gathered)).
+  returned: unless O(state=gathered)
+  type: dict
+after:
+  description:
+    - The same after the task. In check mode, RV(before) with C(changed_entries), the entries that would change.
+  returned: unless O(state=gathered)
+  type: dict
+gathered:
+  description:
+    - This collection's XDP and tc attachments (from their ownership records) and multicast groups in
+      RV(namespaces), in the shape of O(config) (C(xdp), C(tc), C(devmap_groups)).
+  returned: when O(state=gathered)
+  type: dict
+  sample: {xdp: [{interface: eth0, netns: null, object: /var/lib/ebpf_xdp/objects/xdp_drop_count.o,
+                  program: null, constants: {}, mode: native}], tc: [], devmap_groups: []}
+changes:
+  description: One item per entry that changed (or would), in the order they ran.
+  returned: unless O(state=gathered)
+  type: list
+  elements: dict
+  sample: [{entry: "config.xdp[0]", section: xdp, state: present, diff: {}}]
+results:
+  description:
+    - Per section of O(config), one result per entry, in order - what the entry's module returns for it (for
+      example RV(ebpf.xdp.xdp_program#module:id), RV(ebpf.xdp.xdp_program#module:revision)) - with the entry,
+      its defaults filled in, as C(item).
+  returned: unless O(state=gathered)
+  type: dict
+  sample: {xdp: [{changed: true, id: 42, mode: native, item: {interface: eth0, mode: native}}], tc: [],
+           objects: [], devmap_groups: [], map_entries: []}
+namespaces:
+  description: The namespaces the task read and could clean up (null is the module's own).
+  returned: always
+  type: list
+  elements: str
+put_back:
+  description: When an entry failed, what the run had changed and put back (or could not).
+  returned: on failure after a change
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _datapath
+
+
+def main():
+    module = AnsibleModule(argument_spec=_datapath.ARGS, supports_check_mode=True)
+    _common.require_libraries(module)
+    _common.require_privileges(module)
+    try:
+        result, warnings = _datapath.run(module.params, module.check_mode, module.run_command, module.get_bin_path)
+    except _common.KNOWN_ERRORS as exc:
+        _common.fail_from(module, exc, changed=False, put_back=getattr(exc, "put_back", []))
+    for warning in warnings:
+        module.warn(warning)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""ebpf.xdp.datapath: a host's data path in one task, against the real kernel.
+
+A switch namespace (test_multicast_programs.Ports): ports p0..p3 whose peers
+h0..h3 count what reaches them (xdp_drop_count, XDP_PASS, attached apart
+from the module). The datapath declares xdp_multicast on ports with a shared
+map set and two groups; frames from h0 to a group address are counted at the
+members' hosts, exactly.
+"""
+
+import contextlib
+import json
+import os
+
+import pytest
+
+from conftest import BPF_DIR, assert_rhythm, sh, xdp_attached
+from test_devmap_group import mcast_obj  # noqa: F401  # pylint: disable=unused-import
+from test_multicast_programs import Ports, counting_hosts, udp_to
+from test_tc_program import tc_obj  # noqa: F401  # pylint: disable=unused-import
+
+from ansible_collections.ebpf.xdp.plugins.module_utils import _facts, _frames, _netns
+
+SET = "mc"
+ONE, ONE_MAC = "239.1.1.1", "01:00:5e:01:01:01"
+TWO, TWO_MAC = "239.1.1.2", "01:00:5e:01:01:02"
+
+
+@pytest.fixture
+def switch(drop_obj):
+    ports = Ports(4)
+    ports.up()
+    try:
+        with contextlib.ExitStack() as stack:
+            yield ports, counting_hosts(ports, drop_obj, stack)
+    finally:
+        ports.down()
+
+
+def received(hosts):
+    """UDP frames counted at h0..h3."""
+    out = []
+    for loaded in hosts:
+        with loaded.open_map("proto_count") as counters:
+            out.append((_facts.read_counters(counters) or {}).get(17, 0))
+    return out
+
+
+def send(ports, group_ip, group_mac, count=50):
+    with _netns.netns(ports.hosts):
+        sent, _seconds = _frames.send("h0", [("udp", udp_to(ports, 0, group_ip, group_mac))], count, rate=20000)
+    assert set(sent.values()) == {count}, sent
+
+
+def program(ports, port, mcast_obj):  # noqa: F811
+    return dict(interface="p%d" % port, netns=ports.sw, object=mcast_obj, program="xdp_multicast", mode="generic",
+                shared_maps=SET)
+
+
+def group(ports, name, members, address):
+    return dict(name=name, netns=ports.sw, shared_maps=SET, members=["p%d" % m for m in members],
+                addresses=[address])
+
+
+def tc_filters(ns, dev):
+    """tc's own view of dev's ingress filters (the witness)."""
+    return [f for f in json.loads(sh("tc", "-n", ns, "-j", "filter", "show", "dev", dev, "ingress").stdout or "[]")
+            if "options" in f]
+
+
+def tag(prog_id):
+    return json.loads(sh("bpftool", "-j", "prog", "show", "id", str(prog_id)).stdout)["tag"]
+
+
+def ids(ports):
+    return [xdp_attached(ports.sw, "p%d" % port) for port in range(ports.count)]
+
+
+def test_merged_rhythm_then_gathered_fed_back_is_no_change(run_distro, switch, mcast_obj, tc_obj, tmp_path):  # noqa
+    ports, hosts = switch
+    obj = str(tmp_path / "objects" / "xdp_multicast.o")
+    os.makedirs(os.path.dirname(obj))
+    config = {
+        "objects": [{"src": os.path.join(BPF_DIR, "xdp_multicast.bpf.c"), "dest": obj}],
+        "xdp": [dict(program(ports, port, obj)) for port in range(3)],
+        "tc": [dict(interface="p3", netns=ports.sw, object=tc_obj, program="tc_drop_count", method="cls_bpf",
+                    constants={"tc_action": 0})],
+        "devmap_groups": [group(ports, "one", [1, 2], ONE)],
+    }
+    first, _second = assert_rhythm(run_distro, "datapath", {"config": config})
+    assert [c["entry"] for c in first["changes"]] == ["config.objects[0]", "config.xdp[0]", "config.xdp[1]",
+                                                      "config.xdp[2]", "config.tc[0]", "config.devmap_groups[0]"]
+    assert first["before"] == {"xdp": [], "tc": [], "devmap_groups": []}, first["before"]
+    assert [e["interface"] for e in first["after"]["xdp"]] == ["p0", "p1", "p2"]
+    [shown] = tc_filters(ports.sw, "p3")
+    assert shown["kind"] == "bpf" and shown["options"]["prog"]["name"] == "tc_drop_count", shown
+    send(ports, ONE, ONE_MAC)
+    assert received(hosts) == [0, 50, 50, 0]
+
+    gathered = run_distro("datapath", {"state": "gathered", "namespaces": [ports.sw]})
+    assert not gathered["changed"] and sorted(gathered["gathered"]) == ["devmap_groups", "tc", "xdp"], gathered
+    assert gathered["gathered"]["devmap_groups"][0]["members"] == ["p1", "p2"], gathered
+    back = {"state": "overridden", "config": gathered["gathered"], "namespaces": [ports.sw]}
+    for check in (True, False):
+        res = run_distro("datapath", back, check=check)
+        assert res["changed"] is False and not res.get("failed"), res
+    send(ports, ONE, ONE_MAC)
+    assert received(hosts) == [0, 100, 100, 0]
+
+
+def test_overridden_removes_what_is_no_longer_declared_and_leaves_a_foreign_program(
+        run_distro, switch, mcast_obj, drop_obj):  # noqa: F811
+    ports, hosts = switch
+    config = {"xdp": [program(ports, port, mcast_obj) for port in range(3)],
+              "devmap_groups": [group(ports, "one", [1, 2], ONE), group(ports, "two", [1], TWO)]}
+    res = run_distro("datapath", {"config": config})
+    assert res["changed"] and not res.get("failed"), res
+    sh("ip", "-n", ports.sw, "link", "set", "dev", "p3", "xdpgeneric", "obj", drop_obj, "sec", "xdp")
+    before = ids(ports)
+    send(ports, ONE, ONE_MAC)
+    send(ports, TWO, TWO_MAC)
+    assert received(hosts) == [0, 100, 50, 0]
+
+    smaller = {"xdp": config["xdp"][:2], "devmap_groups": config["devmap_groups"][:1]}
+    args = {"state": "overridden", "config": smaller, "namespaces": [ports.sw]}
+    predicted = run_distro("datapath", args, check=True)
+    assert ids(ports) == before, "check mode changed something"
+    first, _second = assert_rhythm(run_distro, "datapath", args)
+    gone = [c["entry"] for c in first["changes"]]
+    # Check mode predicted exactly the real run's changes, and each removal's before and after.
+    assert predicted["changes"] == first["changes"], (predicted["changes"], first["changes"])
+    assert gone == ["group two of map set mc in netns %s (not declared)" % ports.sw,
+                    "the XDP hook of p2 in netns %s (not declared)" % ports.sw], first["changes"]
+    after = ids(ports)
+    assert after[:2] == before[:2] and after[2] == {} and after[3] == before[3], (before, after)
+    assert [g["name"] for g in first["after"]["devmap_groups"]] == ["one"]
+    # The groups that stay still deliver, exactly; the one removed delivers nothing.
+    send(ports, ONE, ONE_MAC)
+    send(ports, TWO, TWO_MAC)
+    assert received(hosts) == [0, 150, 100, 0]
+
+
+def test_two_entries_for_one_hook_are_an_error_before_anything_changes(run_distro, switch, mcast_obj):  # noqa
+    ports, _hosts = switch
+    config = {"xdp": [program(ports, 0, mcast_obj), program(ports, 1, mcast_obj),
+                      dict(program(ports, 0, mcast_obj), mode="native")]}
+    for check in (True, False):
+        res = run_distro("datapath", {"config": config}, check=check)
+        assert res.get("failed") and res["msg"] == (
+            "config.xdp[0] and config.xdp[2] both manage the XDP hook of p0 in netns %s: give each one entry"
+            % ports.sw), res
+    assert ids(ports) == [{}, {}, {}, {}]
+    bad = run_distro("datapath", {"config": {"tc": [{"interface": "p0", "netns": ports.sw, "method": "nope"}]}})
+    assert bad.get("failed") and bad["msg"].startswith("config.tc[0]: value of method must be one of"), bad
+
+
+def test_a_failing_entry_puts_back_what_the_run_changed(run_distro, switch, mcast_obj, tmp_path):  # noqa: F811
+    ports, _hosts = switch
+    first = {"xdp": [program(ports, 0, mcast_obj), dict(program(ports, 1, mcast_obj), constants={})]}
+    assert run_distro("datapath", {"config": first})["changed"]
+    before = ids(ports)
+    before_tag = tag(before[0]["generic"])
+    broken = tmp_path / "broken.o"
+    broken.write_bytes(b"not an object")
+    # p0 upgraded (new constants), p2 attached, then p1's object fails to open: p2 goes, p0 returns.
+    config = {"xdp": [dict(program(ports, 0, mcast_obj), constants={"default_group": 1}),
+                      program(ports, 2, mcast_obj), dict(program(ports, 1, mcast_obj), object=str(broken))]}
+    res = run_distro("datapath", {"config": config})
+    assert res.get("failed") and res["msg"].startswith("config.xdp[2]: "), res
+    assert res["put_back"] == ["config.xdp[1]: put back", "config.xdp[0]: put back"], res
+    after = ids(ports)
+    # p1 was never touched; p2 is bare again; p0 is back on its previous revision: the same program (tag), loaded
+    # again (a new id), in the same mode, with the same maps.
+    assert after[1:] == before[1:] and after[2] == {}, (before, after)
+    assert list(after[0]) == ["generic"] and tag(after[0]["generic"]) == before_tag, (before, after)
+    again = run_distro("datapath", {"config": first})
+    assert again["changed"] is False, again

@@ -282,10 +282,12 @@ def deploy(tmp_path, pair, pin_root, check=False):
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd="/tmp", check=False)
     out = json.loads(proc.stdout)
     assert proc.returncode == 0, proc.stdout[-4000:]
-    for play_out in out["plays"]:
-        for task in play_out["tasks"]:
-            if task["task"]["name"].endswith("Attach the XDP programs"):
-                return task["hosts"]["localhost"]
+    by_name = {task["task"]["name"].partition(" : ")[2]: task["hosts"]["localhost"]
+               for play_out in out["plays"] for task in play_out["tasks"]}
+    # bcc programs are the role's per-item tasks; its one datapath task has nothing of them.
+    assert by_name["Converge objects, programs and groups"]["changed"] is False, by_name
+    if "Attach the XDP programs of backend bcc" in by_name:
+        return by_name["Attach the XDP programs of backend bcc"]
     raise AssertionError("no attach task ran:\n%s" % proc.stdout[-3000:])
 
 

@@ -68,6 +68,15 @@ ATTACHMENT_DIRS = ("xdp", "tc_ingress", "tc_egress")
 TASK_WIDE = ("pin_root",)
 
 
+# Test-only: the run fails right after its n-th change when this environment variable says n (each n in
+# turn proves that a failure anywhere puts the host back, tests/integration/test_datapath.py).
+FAULT_AFTER_ENV = "EBPF_XDP_DATAPATH_FAULT_AFTER"
+
+
+class InjectedFault(EbpfXdpError):
+    """The failure FAULT_AFTER_ENV asked for."""
+
+
 class ConfigError(EbpfXdpError):
     """config names something twice, or an entry is not what its module takes; nothing was changed."""
 
@@ -148,8 +157,7 @@ def _refuse_twice(validated: dict) -> None:
     for section, entries in validated.items():
         seen = {}
         for index, params in enumerate(entries):
-            keys = _group_keys(params) if section == "devmap_groups" else [key_of(section, params)]
-            for key in keys:
+            for key in keys_of(section, params):
                 if key in seen:
                     raise ConfigError("%s and %s both manage %s: give each one entry"
                                       % (where(section, seen[key]), where(section, index), describe(section, key)))
@@ -230,27 +238,25 @@ def _group_entry(group: dict, netns: str | None, set_name: str, record: dict) ->
 # ---------------------------------------------------------------- planning
 
 
-def _declared_keys(section: str, entries: list[dict]) -> set:
-    keys = set()
-    for params in entries:
-        keys.update(_group_keys(params) if section == "devmap_groups" else [key_of(section, params)])
-    return keys
+def keys_of(section: str, params: dict) -> list[tuple]:
+    """What an entry (declared, or gathered) manages: one key, or a group's name and id."""
+    return _group_keys(params) if section == "devmap_groups" else [key_of(section, params)]
 
 
-def _entry_key(section: str, entry: dict) -> list[tuple]:
-    return _group_keys(dict(entry, name=entry.get("name"), id=entry.get("id"))) if section == "devmap_groups" \
-        else [key_of(section, dict(entry, direction=entry.get("direction")))]
+# What state deleted removes, last in first out; objects are files, not host state, and stay.
+DELETED = ("map_entries", "devmap_groups", "tc", "xdp")
 
 
 def plan(state: str, validated: dict, gathered: dict, pin_root: str) -> list[tuple[str, int | None, dict]]:
     """(section, index in config or None, params) in the order they run: the declared entries, then what must go."""
     steps = []
     if state == "deleted":
-        doomed = validated if any(validated[s] for s in ("xdp", "tc", "devmap_groups")) else gathered
-        for section in ("devmap_groups", "tc", "xdp"):
-            for index, params in enumerate(doomed.get(section, [])):
-                steps.append((section, index if doomed is validated else None, _absent(section, params, pin_root)))
-        return steps
+        if any(validated[section] for section in DELETED):
+            return [(section, index, _absent(section, params, pin_root))
+                    for section in DELETED for index, params in enumerate(validated[section])]
+        # Nothing declared: everything of this collection's in scope (map entries are never gathered).
+        return [(section, None, _absent(section, _full(section, entry, pin_root), pin_root))
+                for section in DELETED[1:] for entry in gathered[section]]
     for section in SECTIONS:
         for index, params in enumerate(validated[section]):
             if state == "replaced" and section in ("devmap_groups", "map_entries"):
@@ -258,10 +264,10 @@ def plan(state: str, validated: dict, gathered: dict, pin_root: str) -> list[tup
             steps.append((section, index, params))
     if state in ("replaced", "overridden"):
         declared_sets = {(p["netns"], p["shared_maps"]) for p in validated["devmap_groups"]}
-        for section in ("devmap_groups", "tc", "xdp"):
-            keys = _declared_keys(section, validated[section])
+        for section in DELETED[1:]:
+            keys = {key for params in validated[section] for key in keys_of(section, params)}
             for entry in gathered[section]:
-                if any(key in keys for key in _entry_key(section, entry)):
+                if any(key in keys for key in keys_of(section, entry)):
                     continue
                 if state == "replaced" and (section != "devmap_groups"
                                             or (entry["netns"], entry["shared_maps"]) not in declared_sets):
@@ -280,8 +286,10 @@ def _full(section: str, entry: dict, pin_root: str) -> dict:
 
 def _absent(section: str, params: dict, pin_root: str) -> dict:
     params = dict(params, state="absent")
-    if section in ("xdp", "tc"):
+    if section in HOOKS:
         params.update(revision=None)
+    if section == "map_entries":
+        params.update(exclusive=False)
     return _full(section, {k: v for k, v in params.items() if k != "pin_root"}, pin_root)
 
 
@@ -299,7 +307,7 @@ class Run:
         self.warnings: list[str] = []
         self.changes: list[dict] = []
         # Per declared entry, what its module would have returned, with the entry as `item` (the shape of a
-        # registered loop, which the rollout filters read).
+        # registered loop's results, which the rollout filters read; `results` itself is Ansible's, for loops).
         self.results: dict[str, list[dict]] = {section: [] for section in SECTIONS}
         self.journal: list[tuple[str, dict, str]] = []  # (section, params that put it back, what)
 
@@ -318,26 +326,30 @@ class Run:
 
     def step(self, section: str, index: int | None, params: dict, gathered: dict) -> None:
         label = where(section, index) if index is not None else "%s (not declared)" % describe(
-            section, _entry_key(section, params)[0])
+            section, keys_of(section, params)[0])
         try:
             result = self.converge(section, params)
+            if result.get("changed"):
+                self.changes.append({"entry": label, "section": section, "state": params.get("state", "present"),
+                                     "diff": result.get("diff")})
+                if not self.check_mode:
+                    undo = self._undo(section, params, result, gathered)
+                    if undo is not None:
+                        self.journal.append((section, undo, label))
+                    if os.environ.get(FAULT_AFTER_ENV) == str(len(self.changes)):
+                        raise InjectedFault("fault injected after change %d" % len(self.changes))
         except Exception as exc:
-            put_back = [] if self.check_mode else self.put_back()
-            raise ItemError("%s: %s" % (label, exc), put_back) from exc
+            put_back = [] if self.check_mode else self.put_back()  # whatever went wrong, the host goes back
+            if isinstance(exc, _common.KNOWN_ERRORS):
+                raise ItemError("%s: %s" % (label, exc), put_back) from exc
+            raise  # a bug: it keeps its traceback
         if index is not None:
             self.results[section].append(dict(result, item={k: v for k, v in params.items() if k != "pin_root"}))
-        if result.get("changed"):
-            self.changes.append({"entry": label, "section": section, "state": params.get("state", "present"),
-                                 "diff": result.get("diff")})
-            if not self.check_mode:
-                undo = self._undo(section, params, result, gathered)
-                if undo is not None:
-                    self.journal.append((section, undo, label))
 
     def _undo(self, section: str, params: dict, result: dict, gathered: dict) -> dict | None:
         """The params that put back what this step changed (None: nothing to put back, such as an object file)."""
         if section in HOOKS:
-            before = [entry for entry in gathered[section] if _entry_key(section, entry) == _entry_key(section, params)]
+            before = [entry for entry in gathered[section] if keys_of(section, entry) == keys_of(section, params)]
             if params["state"] == "absent":
                 return _full(section, before[0], self.pin_root) if before else None
             if not before:
@@ -346,8 +358,8 @@ class Run:
             return dict(params, revision=_revisions.PREVIOUS, constants={},
                         **dict.fromkeys(set(_revisions.PROGRAM_OPTIONS) - {"constants"}))
         if section == "devmap_groups":
-            before = [entry for entry in gathered[section]
-                      if set(_entry_key(section, entry)) & set(_entry_key(section, params))]
+            wanted = set(keys_of(section, params))
+            before = [entry for entry in gathered[section] if wanted & set(keys_of(section, entry))]
             if before:
                 return _full(section, dict(before[0], exclusive=True), self.pin_root)
             return _absent(section, dict(params, id=result.get("id", params.get("id"))), self.pin_root)
@@ -387,7 +399,7 @@ def run(params: dict, check_mode: bool, run_command, find_clang) -> tuple[dict, 
     after = before if not job.changes else (predict(before, job.changes) if check_mode else
                                             gather(pin_root, namespaces))
     result = dict(changed=bool(job.changes), before=before, after=after, changes=job.changes,
-                  results=job.results, namespaces=namespaces)
+                  item_results=job.results, namespaces=namespaces)
     result["diff"] = dict(before=before, after=after)
     return result, job.warnings
 

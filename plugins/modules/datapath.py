@@ -66,8 +66,8 @@ options:
       map_entries:
         description:
           - Entries of pinned maps, each with the options of M(ebpf.xdp.bpf_map_entry), one entry per map.
-          - Not read back by O(state=gathered), and not removed by O(state=overridden) or O(state=deleted) unless
-            an entry says so itself.
+          - Not read back by O(state=gathered), and not removed by O(state=overridden); O(state=deleted) removes
+            the entries listed.
         type: list
         elements: dict
   state:
@@ -78,8 +78,8 @@ options:
       - V(overridden) also removes every XDP and tc attachment and every group of this collection in
         O(namespaces) that O(config) does not declare. Programs this collection did not attach are never
         touched (as with the per-item modules, unless an entry says O(ebpf.xdp.xdp_program#module:force=true)).
-      - V(deleted) removes the declared XDP and tc programs and groups; with none declared, every one of this
-        collection's in O(namespaces).
+      - V(deleted) removes the declared XDP and tc programs, groups and map entries (objects stay: they are
+        files); with none declared, every XDP and tc program and group of this collection in O(namespaces).
       - V(gathered) changes nothing and returns RV(gathered), the host's attachments and groups in the shape of
         O(config); fed back with V(overridden), it is no change.
     type: str
@@ -165,7 +165,7 @@ changes:
   type: list
   elements: dict
   sample: [{entry: "config.xdp[0]", section: xdp, state: present, diff: {}}]
-results:
+item_results:
   description:
     - Per section of O(config), one result per entry, in order - what the entry's module returns for it (for
       example RV(ebpf.xdp.xdp_program#module:id), RV(ebpf.xdp.xdp_program#module:revision)) - with the entry,

@@ -30,8 +30,12 @@ def pytest_configure(config):
     config.ebpf_xdp_refusals = []
 
 
-def pytest_report_header(config):
-    return kernel_features.features().table()
+def pytest_sessionstart(session):
+    """The kernel feature table first, whatever the verbosity (-q hides pytest's report header)."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter:
+        for line in kernel_features.features().table():
+            reporter.write_line(line)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -60,6 +64,12 @@ def pytest_terminal_summary(terminalreporter, config):
 def features():
     """The kernel feature table (kernel_features.PROBES), probed once."""
     return kernel_features.features()
+
+
+def pytest_collection_modifyitems(session, config, items):  # pylint: disable=unused-argument
+    """The VM tests last: the VM, booted once for them, keeps a CPU busy under emulation while it is up, which
+    the rate checks of the other tests must not share."""
+    items.sort(key=lambda item: "vm" in getattr(item, "fixturenames", ()))
 
 
 @pytest.fixture(scope="session")

@@ -13,12 +13,14 @@ import os
 
 import pytest
 
+import pin_snapshot
 from conftest import BPF_DIR, assert_rhythm, sh, xdp_attached
 from test_devmap_group import mcast_obj  # noqa: F401  # pylint: disable=unused-import
 from test_multicast_programs import Ports, counting_hosts, udp_to
 from test_tc_program import tc_obj  # noqa: F401  # pylint: disable=unused-import
+from test_zero_loss import DirectRunner
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _facts, _frames, _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils import _datapath, _facts, _frames, _netns
 
 SET = "mc"
 ONE, ONE_MAC = "239.1.1.1", "01:00:5e:01:01:01"
@@ -174,3 +176,33 @@ def test_a_failing_entry_puts_back_what_the_run_changed(run_distro, switch, mcas
     assert list(after[0]) == ["generic"] and tag(after[0]["generic"]) == before_tag, (before, after)
     again = run_distro("datapath", {"config": first})
     assert again["changed"] is False, again
+
+
+def test_a_fault_after_each_change_leaves_the_host_as_it_was(switch, mcast_obj, tc_obj, pin_root, tmp_path):  # noqa
+    """A run of five changes (two new XDP programs, a new tc filter, a group's members, a new group) made to
+    fail right after its first, second, ... fifth change: each time the host is as before the run, by the
+    bad-input snapshot (program ids, the pin tree with inodes, every pinned map's bytes) and tc's qdiscs."""
+    ports, _hosts = switch
+    direct = DirectRunner(pin_root, tmp_path)
+    start = {"xdp": [program(ports, 0, mcast_obj)], "devmap_groups": [group(ports, "one", [1], ONE)]}
+    res = direct("datapath", {"config": start, "pin_root": pin_root})
+    assert res["changed"] and not res.get("failed"), res
+    where = {"namespaces": [ports.sw], "pin_root": pin_root, "objects": str(tmp_path / "none"),
+             "cache": str(tmp_path / "none")}
+    before = pin_snapshot.snapshot(where)
+    qdiscs = sh("tc", "-n", ports.sw, "qdisc", "show").stdout
+    config = {"xdp": [program(ports, port, mcast_obj) for port in range(3)],
+              "tc": [dict(interface="p3", netns=ports.sw, object=tc_obj, program="tc_drop_count", method="cls_bpf")],
+              "devmap_groups": [group(ports, "one", [1, 2], ONE), group(ports, "two", [2], TWO)]}
+    for n in range(1, 6):
+        res = direct("datapath", {"config": config, "pin_root": pin_root},
+                     env={_datapath.FAULT_AFTER_ENV: str(n)})
+        assert res.get("failed") and "fault injected after change %d" % n in res["msg"], (n, res)
+        assert len(res["put_back"]) == n and all(s.endswith(": put back") for s in res["put_back"]), (n, res)
+        after = pin_snapshot.snapshot(where)
+        assert after == before, (n, after, before)
+        assert sh("tc", "-n", ports.sw, "qdisc", "show").stdout == qdiscs, n
+    # Without the fault: the five changes, then nothing to do.
+    res = direct("datapath", {"config": config, "pin_root": pin_root})
+    assert len(res["changes"]) == 5 and not res.get("failed"), res
+    assert direct("datapath", {"config": config, "pin_root": pin_root})["changed"] is False

@@ -53,6 +53,12 @@ def test_deploy_rhythm_and_witnesses(lab):
 
     first = playbook("deploy_xdp.yml", extra_vars=lab)
     assert changed_by_host(first)["receiver"] > 0
+    # What the role records for the rollout's gate and rollback: each attachment it changed, and its program.
+    recorded = task_results(first, "Record what this run changed")["receiver"]["ansible_facts"]
+    assert [(c["hook"], c["interface"], c["previous"]) for c in recorded["xdp_deploy_changed"]] == [
+        ("xdp", "eth0", False), ("xdp", "eth1", False)], recorded
+    assert {a["interface"]: a["id"] for a in recorded["xdp_deploy_attached"]} == {
+        dev: xdp_attached("receiver", dev)["native"] for dev in ("eth0", "eth1")}, recorded
     shown = task_results(first, "Show the receiver's counters per IP protocol")["sender"]["msg"]
     assert "proto 6: 50 packets" in shown and "proto 17: 50 packets" in shown, shown
 

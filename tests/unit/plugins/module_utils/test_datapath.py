@@ -97,6 +97,10 @@ def test_replaced_empties_only_the_map_sets_it_names_and_is_exact():
 
 def test_deleted_removes_the_declared_or_with_none_everything_gathered():
     assert steps("deleted", {"xdp": [xdp("eth0")]}) == [("xdp", 0, "absent", "eth0")]
+    # Only map entries declared: only they go (not every program gathered).
+    assert [(s, i, p["state"], p["path"]) for s, i, p in plan(
+        "deleted", validate({"map_entries": [{"path": "/m", "entries": [{"key": 1}]}]}, PIN_ROOT), GATHERED,
+        PIN_ROOT)] == [("map_entries", 0, "absent", "/m")]
     assert steps("deleted", {}) == [("devmap_groups", None, "absent", "video"),
                                     ("devmap_groups", None, "absent", "audio"),
                                     ("tc", None, "absent", "eth0"), ("xdp", None, "absent", "eth0"),

@@ -78,7 +78,7 @@ options:
       - V(overridden) also removes every XDP and tc attachment and every group of this collection in
         O(namespaces) that O(config) does not declare. Programs this collection did not attach are never
         touched (as with the per-item modules, unless an entry says O(ebpf.xdp.xdp_program#module:force=true)).
-      - V(deleted) removes the declared XDP and tc programs, groups and map entries (objects stay: they are
+      - V(deleted) removes the declared XDP and tc programs, groups and map entries (objects stay, being
         files); with none declared, every XDP and tc program and group of this collection in O(namespaces).
       - V(gathered) changes nothing and returns RV(gathered), the host's attachments and groups in the shape of
         O(config); fed back with V(overridden), it is no change.

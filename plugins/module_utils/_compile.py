@@ -255,7 +255,11 @@ def converge_object(params: dict, check_mode: bool, run_command, find_clang) -> 
         # What counts is dest: a recompile that yields the same bytes changes nothing.
         changed = before_sha != entry["sha256"]
         if changed and not check_mode:
-            install(entry["path"], dest)
+            try:
+                install(entry["path"], dest)
+            except OSError as exc:
+                exc.details = dict(src=p["src"])  # for the failure result, as a failed compile has
+                raise
     else:
         changed = not cache_hit
     with _bpf.BpfObject(entry["path"]) as obj:

@@ -201,9 +201,8 @@ def gather(pin_root: str, namespaces: list[str | None]) -> dict[str, list[dict]]
                         section, entry = _entry_of(record, netns, ifname, hook)
                         out[section].append(entry)
             for name, set_dir in _devmap.map_sets(pin_root, key).items():
-                with _devmap.MapSet(set_dir, name) as mset:
-                    records = mset.records()
-                for group in _devmap.read_groups(set_dir, name):
+                groups, records = _devmap.read_set(set_dir, name)
+                for group in groups:
                     if group["id"] in records:
                         out["devmap_groups"].append(_group_entry(group, netns, name, records[group["id"]]))
     return out

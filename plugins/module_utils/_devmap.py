@@ -292,6 +292,11 @@ def group_pins(set_dir: str, pin_root: str, group_id: int) -> _pins.PinDir:
 
 def read_groups(set_dir: str, name: str) -> list[dict]:
     """Every group of a map set as the facts show it (interface names from the current namespace)."""
+    return read_set(set_dir, name)[0]
+
+
+def read_set(set_dir: str, name: str) -> tuple[list[dict], dict[int, dict]]:
+    """read_groups()'s groups, and the records of the managed ones by id (what ebpf.xdp.datapath gathers)."""
     with MapSet(set_dir, name) as mset:
         records = mset.records()
         by_group = {}
@@ -314,7 +319,7 @@ def read_groups(set_dir: str, name: str) -> list[dict]:
                 "copies": mset.counter("mcast_copies", group_id),
                 "owner": "ebpf.xdp" if record else "unmanaged",
             })
-        return out
+        return out, records
 
 
 def map_sets(pin_root: str, netns_key: str) -> dict[str, str]:

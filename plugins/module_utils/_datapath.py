@@ -334,7 +334,9 @@ class Run:
                 if not self.check_mode:
                     undo = self._undo(section, params, result, gathered)
                     if undo is not None:
-                        self.journal.append((section, undo, label))
+                        what = label if index is None else "%s (%s)" % (
+                            label, describe(section, keys_of(section, params)[0]))
+                        self.journal.append((section, undo, what))
                     if os.environ.get(FAULT_AFTER_ENV) == str(len(self.changes)):
                         raise InjectedFault("fault injected after change %d" % len(self.changes))
         except Exception as exc:

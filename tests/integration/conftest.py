@@ -1,19 +1,27 @@
 """Integration fixtures: real network namespaces, veth pairs and bpffs pins.
 
-Modules run through `ansible localhost -m ebpf.xdp.NAME`, the way a playbook
-runs them, with a chosen interpreter: Debian's /usr/bin/python3 (pyroute2
-0.7) and the venv's Python (pyroute2 0.9).
+Modules run with a chosen interpreter: Debian's /usr/bin/python3 (pyroute2
+0.7) and the venv's Python (pyroute2 0.9). Tests about the kernel start the
+module directly, the way ansible-core documents for debugging a module
+(`python -m MODULE` with its arguments as JSON on stdin): the same module code, argument spec, check and
+diff mode, without the ~1.5 s of a controller per run. What only Ansible does
+(AnsiballZ packaging, respawn under another interpreter, connection plugins,
+roles) is tested through `ansible` and `ansible-playbook` (ModuleRunner's
+via_ansible, test_playbooks, test_rollout, test_vm, molecule), and
+test_module_runner shows that both ways return the same result.
 """
 
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import uuid
 
 import pytest
 
+import ansible
 import kernel_features
 from ansible_collections.ebpf.xdp.plugins.module_utils import _compile
 
@@ -21,7 +29,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BPF_DIR = os.path.join(ROOT, "files", "bpf")
 SYSTEM_PYTHON = "/usr/bin/python3"
 VENV_PYTHON = sys.executable
+# The interpreters modules run under: Debian's Python with its pyroute2 (0.7) and the venv's with PyPI's (0.9).
+# Inside the lab's VM (make test-vm) the tests run under Debian's Python: there is only the first.
+IN_VENV = sys.prefix != sys.base_prefix
+PYTHONS = [pytest.param(SYSTEM_PYTHON, id="pyroute2-distro")] + (
+    [pytest.param(VENV_PYTHON, id="pyroute2-pypi")] if IN_VENV else [])
 PIN_ROOT_BASE = "/sys/fs/bpf/ebpf_xdp_test"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--kernel-dependent", action="store_true",
+                     help="only the tests marked kernel(feature): what make test-vm runs on Debian 12's kernel")
 
 
 def pytest_configure(config):
@@ -68,7 +86,12 @@ def features():
 
 def pytest_collection_modifyitems(session, config, items):  # pylint: disable=unused-argument
     """The VM tests last: the VM, booted once for them, keeps a CPU busy under emulation while it is up, which
-    the rate checks of the other tests must not share."""
+    the rate checks of the other tests must not share. With --kernel-dependent, only the tests marked kernel."""
+    if config.getoption("kernel_dependent"):
+        other = [item for item in items if not any(item.iter_markers("kernel"))]
+        if other:
+            config.hook.pytest_deselected(items=other)
+            items[:] = [item for item in items if any(item.iter_markers("kernel"))]
     items.sort(key=lambda item: "vm" in getattr(item, "fixturenames", ()))
 
 
@@ -138,15 +161,71 @@ def changed_by_host(out):
     return {host: stats["changed"] for host, stats in out["stats"].items()}
 
 
+def module_path():
+    """A PYTHONPATH with only ansible-core and this checkout's collection, for any interpreter: the system Python
+    keeps Debian's pyroute2 (the venv's site-packages would put PyPI's first)."""
+    path = os.path.join(ROOT, ".build", "module-path")
+    os.makedirs(path, exist_ok=True)
+    for name, target in (("ansible", os.path.dirname(ansible.__file__)),
+                         ("ansible_collections", os.path.join(ROOT, ".build", "collections", "ansible_collections"))):
+        link = os.path.join(path, name)
+        if not os.path.islink(link) or os.readlink(link) != target:
+            tmp = "%s.%d" % (link, os.getpid())
+            os.symlink(target, tmp)
+            os.replace(tmp, link)
+    return path
+
+
+def message_text(message):
+    """A warning or deprecation as Ansible shows it: a module run alone reports them as structured summaries
+    (ansible-core 2.19)."""
+    return message["event"]["msg"] if isinstance(message, dict) and "event" in message else message
+
+
+def module_result(proc):
+    """A directly started module's result as `ansible -m` would report it: MODULE FAILURE for output that is
+    no JSON, changed false when not said, warnings as text; killed for a run a test killed."""
+    if proc.returncode == -signal.SIGKILL:
+        return {"failed": True, "killed": True, "changed": False}
+    try:
+        res = json.loads(proc.stdout)
+    except ValueError:
+        return {"failed": True, "changed": False, "msg": "MODULE FAILURE", "rc": proc.returncode,
+                "module_stdout": proc.stdout, "module_stderr": proc.stderr}
+    res.setdefault("changed", False)
+    for key in ("warnings", "deprecations"):
+        if key in res:
+            res[key] = [message_text(m) for m in res[key]]
+    return res
+
+
 class ModuleRunner(object):
-    def __init__(self, python, pin_root):
+    """Runs ebpf.xdp modules on this machine with one interpreter: directly (see the module docstring), or
+    through `ansible localhost -m` with via_ansible (for what only Ansible does, such as respawn)."""
+
+    def __init__(self, python, pin_root, via_ansible=False):
         self.python = python
         self.pin_root = pin_root
+        self.via_ansible = via_ansible
 
-    def __call__(self, module, args, check=False, diff=False, no_caps=False, pin=True):
+    def __call__(self, module, args, check=False, diff=False, no_caps=False, pin=True, env=None):
+        """The module's result. env: variables for the module's process (direct runs only)."""
         args = dict(args)
         if pin and module in ("xdp_program", "tc_program", "xdp_facts"):
             args.setdefault("pin_root", self.pin_root)
+        # Root without capabilities: what a task without become looks like to the kernel
+        # (a real unprivileged user could not even read a checkout under /root).
+        prefix = ["setpriv", "--bounding-set=-all", "--inh-caps=-all"] if no_caps else []
+        if not self.via_ansible:
+            payload = dict(args, _ansible_check_mode=check, _ansible_diff=diff, _ansible_module_name="ebpf.xdp." + module)
+            # The arguments on stdin: an argument longer than a file name fails ansible-core's is-it-a-file test.
+            argv = [self.python, "-m", "ansible_collections.ebpf.xdp.plugins.modules." + module]
+            pythonpath = ":".join(filter(None, (module_path(), os.environ.get("PYTHONPATH"))))
+            proc = subprocess.run(prefix + argv, input=json.dumps({"ANSIBLE_MODULE_ARGS": payload}),
+                                  capture_output=True, text=True, cwd="/tmp", check=False,
+                                  env=dict(os.environ, PYTHONPATH=pythonpath, **(env or {})))
+            return module_result(proc)
+        assert not env, "env is for direct runs"
         argv = [os.path.join(os.path.dirname(VENV_PYTHON), "ansible"), "localhost", "-c", "local",
                 "-i", "localhost,", "-e", "ansible_python_interpreter=%s" % self.python,
                 "-m", "ebpf.xdp.%s" % module, "-a", json.dumps(args)]
@@ -154,9 +233,6 @@ class ModuleRunner(object):
             argv.append("--check")
         if diff:
             argv.append("--diff")
-        # Root without capabilities: what a task without become looks like to the kernel
-        # (a real unprivileged user could not even read a checkout under /root).
-        prefix = ["setpriv", "--bounding-set=-all", "--inh-caps=-all"] if no_caps else []
         proc = subprocess.run(prefix + argv, capture_output=True, text=True, env=ansible_env(), cwd="/tmp", check=False)
         try:
             out = json.loads(proc.stdout)
@@ -165,7 +241,7 @@ class ModuleRunner(object):
         return out["plays"][0]["tasks"][0]["hosts"]["localhost"]
 
 
-@pytest.fixture(params=[SYSTEM_PYTHON, VENV_PYTHON], ids=["pyroute2-distro", "pyroute2-pypi"])
+@pytest.fixture(params=PYTHONS)
 def python(request):
     return request.param
 

@@ -261,6 +261,25 @@ CASES = [
     ("group-egress-not-elf", "devmap_group",
      dict(netns="{tx}", name="video", shared_maps=SET, members=["eth0"], egress_program={"object": "/etc/passwd"}),
      NOT_ELF),
+    # datapath: each entry as its module would check it, named by its place in config; a failing entry puts back
+    # what the entries before it changed (lo's new program here)
+    ("datapath-two-entries-one-hook", "datapath",
+     dict(config={"xdp": [dict(interface="eth0", netns="{rx}", object="{drop}"),
+                          dict(interface="eth0", netns="{rx}", object="{drop}", mode="generic")]}),
+     "config.xdp[0] and config.xdp[1] both manage the XDP hook of eth0 in netns {rx}: give each one entry"),
+    ("datapath-entry-option", "datapath",
+     dict(config={"tc": [dict(interface="eth0", netns="{rx}", object="{tc}", method="xdp")]}),
+     "config.tc[0]: value of method must be one of: tcx, cls_bpf, act_bpf, auto, got: xdp"),
+    ("datapath-entry-pin-root", "datapath",
+     dict(config={"xdp": [dict(interface="eth0", netns="{rx}", object="{drop}", pin_root="{pin_root}")]}),
+     "config.xdp[0]: pin_root is set once for the task, not per entry"),
+    ("datapath-bcc", "datapath",
+     dict(config={"xdp": [dict(interface="eth0", netns="{rx}", object="{drop}", backend="bcc")]}),
+     "config.xdp[0]: backend bcc is not available in ebpf.xdp.datapath; use ebpf.xdp.xdp_program for it"),
+    ("datapath-entry-fails-after-a-change", "datapath",
+     dict(config={"xdp": [dict(interface="lo", netns="{rx}", object="{drop}", mode="generic"),
+                          dict(interface="eth0", netns="{rx}", object="{drop}", program="xdp_nosuch")]}),
+     "config.xdp[1]: program 'xdp_nosuch' is not in {drop}; it has: xdp_drop_count"),
     # bpf_object
     ("object-no-source", "bpf_object", dict(src="{objects}/nosuch.bpf.c", cache_dir="{cache}"),
      {"check": Warned("source {objects}/nosuch.bpf.c does not exist yet; it would be compiled once it does"),
@@ -280,6 +299,10 @@ if not kernel_features.features()["pktgen"]:  # bad input only where the kernel 
          re.compile(r"this kernel \(\S+\) has no pktgen: `modprobe (--dry-run )?pktgen` failed \(.*\) and there is "
                     r"no /proc/net/pktgen; pktgen needs CONFIG_NET_PKTGEN \(Debian's stock kernels ship it as the "
                     r"module pktgen\)")))
+
+
+# Cases that change the host before they fail, and must put it back.
+PUTS_BACK = {"datapath-entry-fails-after-a-change"}
 
 
 def fill(value, names):
@@ -306,7 +329,7 @@ def sha256(path):
         return hashlib.sha256(handle.read()).hexdigest()
 
 
-PIN_MODULES = ("xdp_program", "tc_program", "xdp_facts", "devmap_group")
+PIN_MODULES = ("xdp_program", "tc_program", "xdp_facts", "devmap_group", "datapath")
 # Messages of Ansible's own argument-spec checks, which fail before any code of the module runs.
 ARGSPEC = ("value of ", "one of the following is required: ", "missing required arguments: ",
            "parameters are mutually exclusive: ", "Unsupported parameters ")
@@ -397,11 +420,22 @@ def test_bad_input_fails_with_its_message_and_changes_nothing(host, outcomes, ca
     res, before, after = outcomes[mode][name]
     wanted = message[mode] if isinstance(message, dict) else message
     expect(fill(wanted, names_of(host)) if isinstance(wanted, str) else wanted, res)
+    if name in PUTS_BACK and mode == "run":
+        # It changed lo and put it back: the lock file it took for lo stays (empty, in /run), as after any run.
+        added = {ns: sorted(set(after["locks"][ns]) - set(before["locks"].get(ns, {}))) for ns in after["locks"]}
+        assert added == {host.tx: [], host.rx: ["lo.lock"]}, added
+        after = dict(after, locks=before["locks"])
     assert after == before
+
+
+def test_a_failing_datapath_entry_says_what_it_put_back(host, outcomes):
+    res = outcomes["run"]["datapath-entry-fails-after-a-change"][0]
+    assert res["put_back"] == ["config.xdp[0] (the XDP hook of lo in netns %s): put back" % host.rx], res
+    assert outcomes["check"]["datapath-entry-fails-after-a-change"][0]["put_back"] == [], "check mode changed"
 
 
 def test_the_matrix_covers_every_module():
     modules = {module for _name, module, _args, _message in CASES}
     assert modules == {"bpf_object", "xdp_program", "tc_program", "xdp_facts", "xdp_trafficgen", "pktgen",
-                       "bpf_map_entry", "devmap_group"}
+                       "bpf_map_entry", "devmap_group", "datapath"}
     assert len(CASES) >= 30

@@ -47,10 +47,22 @@ def src(tmp_path):
     return path
 
 
+# Through Ansible: a module re-runs itself under the system Python (the one with bcc) by ansible-core's respawn,
+# which needs the AnsiballZ payload a direct run does not have.
+@pytest.fixture
+def run(python, pin_root):
+    return ModuleRunner(python, pin_root, via_ansible=True)
+
+
+@pytest.fixture
+def run_distro(pin_root):
+    return ModuleRunner(SYSTEM_PYTHON, pin_root, via_ansible=True)
+
+
 @pytest.fixture
 def run_venv(pin_root):
     """The module under the venv's Python, which has no bcc: it must re-run itself under the system Python."""
-    return ModuleRunner(VENV_PYTHON, pin_root)
+    return ModuleRunner(VENV_PYTHON, pin_root, via_ansible=True)
 
 
 def bcc_args(pair, src, **extra):
@@ -240,11 +252,11 @@ def test_bcc_absent_says_which_package(pair, src, pin_root, attached, tmp_path, 
     (stub / "__init__.py").write_text("raise ImportError('No module named bcc (python3-bpfcc is not installed)')\n")
     monkeypatch.setenv("PYTHONPATH", str(stub.parent))
     for python in (VENV_PYTHON, SYSTEM_PYTHON):
-        res = ModuleRunner(python, pin_root)("xdp_program", bcc_args(pair, src, cflags=["-DXDP_ACTION=2"]))
+        res = ModuleRunner(python, pin_root, via_ansible=True)("xdp_program", bcc_args(pair, src, cflags=["-DXDP_ACTION=2"]))
         assert res["failed"] and not res["changed"], res
         assert "python3-bpfcc" in res["msg"] and "bcc" in res["msg"], res["msg"]
     monkeypatch.delenv("PYTHONPATH")
-    unchanged(ModuleRunner(SYSTEM_PYTHON, pin_root), pair, pin_root, attached, before_pins)
+    unchanged(ModuleRunner(SYSTEM_PYTHON, pin_root, via_ansible=True), pair, pin_root, attached, before_pins)
 
 
 @pytest.mark.parametrize("extra, words", [

@@ -14,11 +14,10 @@ import os
 import pytest
 
 import pin_snapshot
-from conftest import BPF_DIR, assert_rhythm, sh, xdp_attached
+from conftest import BPF_DIR, VENV_PYTHON, ModuleRunner, assert_rhythm, sh, xdp_attached
 from test_devmap_group import mcast_obj  # noqa: F401  # pylint: disable=unused-import
 from test_multicast_programs import Ports, counting_hosts, udp_to
 from test_tc_program import tc_obj  # noqa: F401  # pylint: disable=unused-import
-from test_zero_loss import DirectRunner
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _datapath, _facts, _frames, _netns
 
@@ -168,7 +167,8 @@ def test_a_failing_entry_puts_back_what_the_run_changed(run_distro, switch, mcas
                       program(ports, 2, mcast_obj), dict(program(ports, 1, mcast_obj), object=str(broken))]}
     res = run_distro("datapath", {"config": config})
     assert res.get("failed") and res["msg"].startswith("config.xdp[2]: "), res
-    assert res["put_back"] == ["config.xdp[1]: put back", "config.xdp[0]: put back"], res
+    assert res["put_back"] == ["config.xdp[1] (the XDP hook of p2 in netns %s): put back" % ports.sw,
+                               "config.xdp[0] (the XDP hook of p0 in netns %s): put back" % ports.sw], res
     after = ids(ports)
     # p1 was never touched; p2 is bare again; p0 is back on its previous revision: the same program (tag), loaded
     # again (a new id), in the same mode, with the same maps.
@@ -183,7 +183,7 @@ def test_a_fault_after_each_change_leaves_the_host_as_it_was(switch, mcast_obj, 
     fail right after its first, second, ... fifth change: each time the host is as before the run, by the
     bad-input snapshot (program ids, the pin tree with inodes, every pinned map's bytes) and tc's qdiscs."""
     ports, _hosts = switch
-    direct = DirectRunner(pin_root, tmp_path)
+    direct = ModuleRunner(VENV_PYTHON, pin_root)
     start = {"xdp": [program(ports, 0, mcast_obj)], "devmap_groups": [group(ports, "one", [1], ONE)]}
     res = direct("datapath", {"config": start, "pin_root": pin_root})
     assert res["changed"] and not res.get("failed"), res

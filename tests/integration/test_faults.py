@@ -3,9 +3,8 @@
 Kill points: the converger names the steps of a run (_converge.fault_point:
 after_load, after_attach, after_pin, before_record) and dies there with
 SIGKILL when EBPF_XDP_FAULT_POINT names one. Modules run as their own
-processes (test_zero_loss.DirectRunner: the module file with its arguments,
-no ansible around it, ~5x faster); the concurrency tests run
-ansible-playbook itself.
+processes started directly (conftest's ModuleRunner: no ansible around
+them, ~5x faster); the concurrency tests run ansible-playbook itself.
 """
 
 import json
@@ -16,12 +15,12 @@ import uuid
 
 import pytest
 
-from conftest import SYSTEM_PYTHON, VENV_PYTHON, ansible_env, sh
+from conftest import SYSTEM_PYTHON, VENV_PYTHON, ModuleRunner, ansible_env, sh
 from kernel_features import needs
 from test_tc_program import TC_SHOT, filters, tc_obj  # noqa: F401  # pylint: disable=unused-import
 from test_tc_redirect_programs import eventually
 from test_xdp_program import pins
-from test_zero_loss import DirectRunner, direct, drop_v2, tc_v2  # noqa: F401  # pylint: disable=unused-import
+from test_zero_loss import direct, drop_v2, tc_v2  # noqa: F401  # pylint: disable=unused-import
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _converge, _netns
 
@@ -258,8 +257,8 @@ def private_bpffs():
     os.rmdir(directory)
 
 
-def test_bpffs_unmounted_and_mounted_again(pair, drop_obj, private_bpffs, tmp_path):
-    run = DirectRunner(os.path.join(private_bpffs, "ebpf_xdp"), tmp_path)
+def test_bpffs_unmounted_and_mounted_again(pair, drop_obj, private_bpffs):
+    run = ModuleRunner(VENV_PYTHON, os.path.join(private_bpffs, "ebpf_xdp"))
     args = dict(interface="eth0", netns=pair.rx, object=drop_obj, mode="native")
     first = run("xdp_program", args)
     assert first["changed"] and first["pin_dir"].startswith(private_bpffs)

@@ -175,9 +175,13 @@ def promtool_check(text):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def new_pin_root():
+    return "/sys/fs/bpf/ebpf_xdp_test/xm%s" % uuid.uuid4().hex[:8]
+
+
 @pytest.fixture
 def pin_root():
-    path = "/sys/fs/bpf/ebpf_xdp_test/xm%s" % uuid.uuid4().hex[:8]
+    path = new_pin_root()
     yield path
     shutil.rmtree(path, ignore_errors=True)
 
@@ -201,6 +205,28 @@ def exporter(workdir, pin_root):
     exp.stop()
 
 
+@pytest.fixture(scope="module")
+def served():
+    """One exporter for the tests that only read it (each with namespaces of its own, under its pin root),
+    installed once by the role's four-step rhythm; what changes an exporter has one of its own."""
+    workdir, pin_root = tempfile.mkdtemp(prefix="xdp_metrics_"), new_pin_root()
+    exp = Exporter(workdir, pin_root)
+    try:
+        exp.rhythm()
+        assert exp.pid(), "no exporter running after the role"
+        yield exp
+    finally:
+        exp.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(pin_root, ignore_errors=True)
+
+
+@pytest.fixture
+def run_served(served):
+    """Modules that pin under the shared exporter's pin root."""
+    return ModuleRunner(SYSTEM_PYTHON, served.vars["xdp_metrics_pin_root"])
+
+
 def attach(run, pair, drop_obj, **extra):
     args = {"interface": "eth0", "netns": pair.rx, "object": drop_obj, "program": "xdp_drop_count", "mode": "native"}
     res = run("xdp_program", dict(args, **extra))
@@ -211,12 +237,10 @@ def attach(run, pair, drop_obj, **extra):
 # ---------------------------------------------------------------- counters equal frames sent
 
 
-def test_scrape_counts_equal_frames_sent(pair, run, drop_obj, exporter):
+def test_scrape_counts_equal_frames_sent(pair, run_served, drop_obj, served):
+    run, exporter = run_served, served
     attach(run, pair, drop_obj)
-    exporter.rhythm()
     pid = exporter.pid()
-    assert pid, "no exporter running after the role"
-
     before = exporter.scrape()
     promtool_check(before)
     assert value(before, "ebpf_xdp_netns_up", netns=pair.rx) == 1
@@ -239,13 +263,6 @@ def test_scrape_counts_equal_frames_sent(pair, run, drop_obj, exporter):
     assert value(after, "ebpf_xdp_network_receive_packets_total", netns=pair.rx, interface="eth0") - rx_before == 3000
     assert value(after, "ebpf_xdp_collect_duration_seconds") > 0
     assert exporter.pid() == pid
-
-    # state absent: stopped, its files gone; the same rhythm.
-    exporter.rhythm(xdp_metrics_state="absent")
-    assert not os.path.exists("/proc/%s" % pid) and not exporter.pid()
-    assert not os.path.exists(exporter.config_file) and not os.path.exists(os.path.join(exporter.base, "lib"))
-    with pytest.raises(OSError):
-        exporter.scrape()
 
 
 # ---------------------------------------------------------------- detach, upgrade, remove: never a crash
@@ -303,7 +320,7 @@ def test_exporter_keeps_serving_while_programs_come_and_go(pair, run, drop_obj, 
 # ---------------------------------------------------------------- bad configurations
 
 
-def test_port_in_use_is_a_clear_error_and_changes_nothing(exporter):
+def test_port_in_use_is_a_clear_error_and_changes_nothing_and_absent_removes_it(exporter):
     with socket.socket() as other:
         other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         other.bind(("127.0.0.1", exporter.port))
@@ -326,6 +343,13 @@ def test_port_in_use_is_a_clear_error_and_changes_nothing(exporter):
             assert src.read() == config
         assert exporter.pid() == pid
         assert "ebpf_xdp_exporter_info" in exporter.scrape()
+
+    # state absent: stopped, its files gone; the four-step rhythm.
+    exporter.rhythm(xdp_metrics_state="absent")
+    assert not os.path.exists("/proc/%s" % pid) and not exporter.pid()
+    assert not os.path.exists(exporter.config_file) and not os.path.exists(os.path.join(exporter.base, "lib"))
+    with pytest.raises(OSError):
+        exporter.scrape()
 
 
 def test_pin_root_without_bpffs_is_a_clear_error(workdir, exporter):
@@ -406,9 +430,9 @@ def test_exporter_in_a_namespace_serves_its_loopback_and_leaves_with_it(pair, ru
 # ---------------------------------------------------------------- a real Prometheus
 
 
-def test_prometheus_scrapes_the_counters(pair, run, drop_obj, exporter, workdir):
+def test_prometheus_scrapes_the_counters(pair, run_served, drop_obj, served, workdir):
+    run, exporter = run_served, served
     attach(run, pair, drop_obj)
-    exporter.role()
     web = free_port()
     config = os.path.join(workdir, "prometheus.yml")
     with open(config, "w", encoding="utf-8") as out:

@@ -272,7 +272,7 @@ def test_interpreter_without_pyroute2_respawns_under_system_python(pair, drop_ob
     from conftest import ModuleRunner
     venv = tmp_path / "bare"
     sh("/usr/bin/python3", "-m", "venv", "--without-pip", str(venv))
-    bare = ModuleRunner(str(venv / "bin" / "python3"), pin_root)
+    bare = ModuleRunner(str(venv / "bin" / "python3"), pin_root, via_ansible=True)  # respawn needs AnsiballZ
     res = bare("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj))
     assert res["changed"] and res["attached"], res
     assert pair.xdp_prog_id() == res["id"]

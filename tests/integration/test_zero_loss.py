@@ -26,16 +26,13 @@ import contextlib
 import json
 import os
 import re
-import signal
 import struct
-import subprocess
 import threading
 import time
-import uuid
 
 import pytest
 
-from conftest import BPF_DIR, ROOT, VENV_PYTHON, Pair, compile_bpf, sh
+from conftest import BPF_DIR, VENV_PYTHON, ModuleRunner, Pair, compile_bpf, sh
 from kernel_features import needs
 from test_devmap_group import V4, V4_MAC, mcast_obj, switch  # noqa: F401  # pylint: disable=unused-import
 from test_tc_program import TC_SHOT, tc_obj  # noqa: F401  # pylint: disable=unused-import
@@ -77,37 +74,10 @@ def tc_v2(tmp_path_factory):
                    "\tif (skb->mark == 0xdeadbeef)\n\t\treturn TC_ACT_OK;\n")
 
 
-class DirectRunner:
-    """A module run as its own process without ansible around it (~0.3 s instead of ~1.5 s): the kill
-    tests make many runs. The module reads its arguments from a file, as AnsibleModule allows."""
-
-    def __init__(self, pin_root, tmp_path):
-        self.pin_root = pin_root
-        self.tmp_path = tmp_path
-
-    def __call__(self, module, args, check=False, diff=False, env=None):
-        args = dict(args)
-        if module in ("xdp_program", "tc_program", "xdp_facts"):
-            args.setdefault("pin_root", self.pin_root)
-        path = self.tmp_path / ("args-%s.json" % uuid.uuid4().hex[:6])
-        path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_check_mode=check, _ansible_diff=diff)}))
-        collections = os.path.join(ROOT, ".build", "collections")
-        proc = subprocess.run(
-            [VENV_PYTHON, os.path.join(collections, "ansible_collections", "ebpf", "xdp", "plugins", "modules",
-                                       module + ".py"), str(path)],
-            capture_output=True, text=True, check=False, cwd="/tmp",
-            env=dict(os.environ, PYTHONPATH=collections, **(env or {})))
-        if proc.returncode == -signal.SIGKILL:
-            return {"failed": True, "killed": True}
-        try:
-            return json.loads(proc.stdout)
-        except ValueError:
-            raise AssertionError("no JSON from %s:\n%s\n%s" % (module, proc.stdout, proc.stderr))
-
-
 @pytest.fixture
-def direct(pin_root, tmp_path):
-    return DirectRunner(pin_root, tmp_path)
+def direct(pin_root):
+    """The venv's Python: the kill tests need no second interpreter."""
+    return ModuleRunner(VENV_PYTHON, pin_root)
 
 
 class Blast:

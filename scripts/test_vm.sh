@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# make test-vm: the kernel-dependent integration tests (those marked
+# kernel(feature), see tests/integration/kernel_features.py) inside the lab's
+# VM host, on Debian 12's stock kernel (6.1: no tcx, act_bpf and pktgen as
+# modules). Extra arguments go to pytest (e.g. -k tcx).
+#
+# Under software emulation each module run costs seconds, so nothing goes
+# through Ansible there: pytest runs inside the VM with Debian's Python and
+# starts the modules directly (conftest's ModuleRunner), on veth pairs in
+# namespaces of the VM. The VM has no network but the SSH port, so the Python
+# packages the tests need beyond the image's (pytest, ansible-core, the same
+# versions as the venv's) are installed here, for the VM's Python (3.11, as
+# this machine's), and copied in with the checkout's files (what git would
+# commit: tracked and new ones, nothing it ignores).
+# The VM is booted if it is not up, and powered off again only then.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VM="bash scripts/vm.sh"
+DEST=/root/ebpf_xdp # where the VM gets the checkout
+SITE=.build/vm-site # the packages for the VM's Python
+
+say() { echo "test_vm.sh: $*"; }
+
+# The venv's versions of what the tests import, for the VM's Python; rebuilt when they change.
+want=$(.venv/bin/pip freeze --disable-pip-version-check | grep -iE '^(pytest|ansible-core)==' | sort)
+if [[ "$(cat "$SITE/.versions" 2>/dev/null)" != "$want" ]]; then
+	say "installing $(echo "$want" | tr '\n' ' ')into $SITE"
+	rm -rf "$SITE"
+	# shellcheck disable=SC2086 # one requirement per word
+	.venv/bin/pip install -q --disable-pip-version-check --target "$SITE" $want
+	echo "$want" >"$SITE/.versions"
+fi
+
+booted=
+if ! $VM status >/dev/null 2>&1; then
+	$VM up
+	booted=1
+fi
+trap '[[ -z $booted ]] || $VM down' EXIT
+
+say "copying the checkout and $SITE to the VM's $DEST"
+start=$SECONDS
+$VM ssh "rm -rf $DEST && mkdir -p $DEST/.build"
+git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | $VM ssh "tar -xf - -C $DEST"
+tar -C .build -cf - vm-site | $VM ssh "tar -xf - -C $DEST/.build"
+say "copied in $((SECONDS - start)) s"
+
+# As scripts/setup.sh does here: the collection found through a symlink, bpffs mounted.
+$VM ssh "set -e
+mkdir -p $DEST/.build/collections/ansible_collections/ebpf
+ln -sfn $DEST $DEST/.build/collections/ansible_collections/ebpf/xdp
+mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf"
+
+args=""
+for arg in "$@"; do args+=" $(printf '%q' "$arg")"; done
+say "pytest in the VM: the kernel-dependent tests${args}"
+start=$SECONDS
+rc=0
+$VM ssh "cd $DEST && PYTHONPATH=$DEST/$SITE:$DEST/.build/collections ANSIBLE_COLLECTIONS_PATH=$DEST/.build/collections \
+	python3 -m pytest -p no:cacheprovider -q -rs --durations=15 --kernel-dependent tests/integration$args" || rc=$?
+say "pytest in the VM took $((SECONDS - start)) s (exit $rc)"
+exit $rc

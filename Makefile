@@ -30,9 +30,10 @@ vm-down:
 	bash scripts/vm.sh down
 
 test: setup
-	$(MAKE) --no-print-directory unit integration benchmark-smoke sanity lint molecule
+	$(MAKE) --no-print-directory unit integration test-vm benchmark-smoke sanity lint molecule
 
-# The kernel-dependent integration tests inside the VM host, on Debian 12's 6.1 kernel (not part of make test).
+# The VM host's tests (booted once): over SSH from here, and the kernel-dependent integration tests inside it,
+# on Debian 12's 6.1 kernel.
 test-vm: setup
 	bash scripts/test_vm.sh
 
@@ -40,7 +41,7 @@ unit:
 	$(PYTEST) -q tests/unit
 
 integration:
-	$(PYTEST) -q -rs --durations=25 tests/integration
+	$(PYTEST) -q -rs --durations=25 --vm=without tests/integration
 	@bash tests/integration/targets/toolchain/runme.sh 2>.build/toolchain-test.log || { cat .build/toolchain-test.log; exit 1; }
 
 benchmark-smoke: setup

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# make test-vm: the kernel-dependent integration tests (those marked
-# kernel(feature), see tests/integration/kernel_features.py) inside the lab's
-# VM host, on Debian 12's stock kernel (6.1: no tcx, act_bpf and pktgen as
-# modules). Extra arguments go to pytest (e.g. -k tcx).
+# make test-vm (part of make test): with the lab's VM host up (Debian 12's
+# stock kernel, 6.1: no tcx, act_bpf and pktgen as modules), booted once,
+#  1. the tests that reach it over SSH through Ansible (pytest --vm=only, here)
+#  2. the kernel-dependent integration tests (those marked kernel(feature),
+#     see tests/integration/kernel_features.py) inside it. Extra arguments go
+#     to that pytest (e.g. -k tcx).
 #
 # Under software emulation each module run costs seconds, so nothing goes
 # through Ansible there: pytest runs inside the VM with Debian's Python and
@@ -40,6 +42,13 @@ if ! $VM status >/dev/null 2>&1; then
 fi
 trap '[[ -z $booted ]] || $VM down' EXIT
 
+# The tests that reach the VM over SSH, through Ansible (tests/integration/test_vm*.py), from here.
+rc=0
+say "pytest here: the tests of the VM as a remote host"
+start=$SECONDS
+.venv/bin/python -m pytest -q -rs --durations=10 --vm=only tests/integration || rc=$?
+say "they took $((SECONDS - start)) s (exit $rc)"
+
 say "copying the checkout and $SITE to the VM's $DEST"
 start=$SECONDS
 $VM ssh "rm -rf $DEST && mkdir -p $DEST/.build"
@@ -57,9 +66,8 @@ args=""
 for arg in "$@"; do args+=" $(printf '%q' "$arg")"; done
 say "pytest in the VM: the kernel-dependent tests${args}"
 start=$SECONDS
-rc=0
 $VM ssh "cd $DEST && PYTHONPATH=$DEST/$SITE:$DEST/.build/collections ANSIBLE_COLLECTIONS_PATH=$DEST/.build/collections \
 	python3 -m pytest -p no:cacheprovider -q -rs --durations=15 --kernel-dependent \
 	--ignore tests/integration/test_bcc_backend.py tests/integration$args" || rc=$?
-say "pytest in the VM took $((SECONDS - start)) s (exit $rc)"
+say "pytest in the VM took $((SECONDS - start)) s (exit status so far $rc)"
 exit $rc

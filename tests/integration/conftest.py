@@ -40,6 +40,9 @@ PIN_ROOT_BASE = "/sys/fs/bpf/ebpf_xdp_test"
 def pytest_addoption(parser):
     parser.addoption("--kernel-dependent", action="store_true",
                      help="only the tests marked kernel(feature): what make test-vm runs on Debian 12's kernel")
+    parser.addoption("--vm", choices=("with", "without", "only"), default="with",
+                     help="the tests that reach the lab's VM host over SSH (the vm fixture): with the others, "
+                          "without them (make integration), or only them (make test-vm, which boots it once)")
 
 
 def pytest_configure(config):
@@ -86,12 +89,18 @@ def features():
 
 def pytest_collection_modifyitems(session, config, items):  # pylint: disable=unused-argument
     """The VM tests last: the VM, booted once for them, keeps a CPU busy under emulation while it is up, which
-    the rate checks of the other tests must not share. With --kernel-dependent, only the tests marked kernel."""
-    if config.getoption("kernel_dependent"):
-        other = [item for item in items if not any(item.iter_markers("kernel"))]
-        if other:
-            config.hook.pytest_deselected(items=other)
-            items[:] = [item for item in items if any(item.iter_markers("kernel"))]
+    the rate checks of the other tests must not share. With --kernel-dependent, only the tests marked kernel;
+    --vm chooses whether the VM tests run."""
+    def keep(item):
+        on_vm = "vm" in getattr(item, "fixturenames", ())
+        if config.getoption("kernel_dependent") and not any(item.iter_markers("kernel")):
+            return False
+        return {"with": True, "without": not on_vm, "only": on_vm}[config.getoption("vm")]
+
+    dropped = [item for item in items if not keep(item)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if keep(item)]
     items.sort(key=lambda item: "vm" in getattr(item, "fixturenames", ()))
 
 
@@ -217,7 +226,8 @@ class ModuleRunner(object):
         # (a real unprivileged user could not even read a checkout under /root).
         prefix = ["setpriv", "--bounding-set=-all", "--inh-caps=-all"] if no_caps else []
         if not self.via_ansible:
-            payload = dict(args, _ansible_check_mode=check, _ansible_diff=diff, _ansible_module_name="ebpf.xdp." + module)
+            payload = dict(args, _ansible_check_mode=check, _ansible_diff=diff,
+                           _ansible_module_name="ebpf.xdp." + module)
             # The arguments on stdin: an argument longer than a file name fails ansible-core's is-it-a-file test.
             argv = [self.python, "-m", "ansible_collections.ebpf.xdp.plugins.modules." + module]
             pythonpath = ":".join(filter(None, (module_path(), os.environ.get("PYTHONPATH"))))

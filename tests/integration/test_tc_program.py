@@ -18,6 +18,8 @@ from test_xdp_program import BAD_PROGRAM, compile_c, pins
 
 TC_OK, TC_SHOT = 0, 2
 METHODS = [needs("tcx", "tcx"), "cls_bpf"]
+# Forwarding also by act_bpf (u32 match-all + bpf action, the kernel commit's own setup) where the kernel has it.
+FORWARDING_METHODS = METHODS + [needs("act_bpf", "act_bpf")]
 
 SECOND_TC_PROGRAM = r"""
 #include <linux/bpf.h>
@@ -367,10 +369,39 @@ def test_act_bpf_attaches_counts_and_goes(run_distro, pair, tc_obj, pin_root):
     assert_untouched(pair, pin_root)
 
 
+@pytest.mark.kernel("act_bpf")
+def test_act_bpf_takes_over_a_filter_tc_put_there_then_upgrades_and_goes(run_distro, pair, tc_obj, pin_root,
+                                                                         tmp_path):
+    """A u32 + act_bpf filter added by tc itself, taken over with force at its place (priority 1, handle 1), then
+    upgraded (new constants) and removed, each with the four-step rhythm."""
+    foreign = "/sys/fs/bpf/ebpf_xdp_test/foreign-%s" % pair.rx
+    sh("mkdir", "-p", foreign)
+    try:
+        sh("bpftool", "prog", "loadall", tc_obj, foreign, "type", "action")
+        sh("tc", "-n", pair.rx, "qdisc", "add", "dev", "eth0", "clsact")
+        # nsenter, not tc -n (ip netns exec): that mounts a fresh /sys, without the bpffs holding the program.
+        sh("nsenter", "--net=/run/netns/" + pair.rx, "tc", "filter", "add", "dev", "eth0", "ingress", "prio", "1",
+           "handle", "::1", "u32", "match", "u32", "0", "0", "action", "bpf", "object-pinned",
+           foreign + "/tc_drop_count")
+        [theirs] = filters(pair.rx)
+        [foreign_id] = [a["prog"]["id"] for a in theirs["options"]["actions"] if a.get("prog")]
+        args = dict(count_args(pair, "act_bpf", priority=1, handle=1, force=True), object=tc_obj)
+        taken = assert_rhythm(run_distro, "tc_program", args)[0]
+        assert taken["id"] != foreign_id and (taken["method"], taken["priority"]) == ("act_bpf", 1), taken
+        [ours] = filters(pair.rx)
+        assert [a["prog"]["id"] for a in ours["options"]["actions"] if a.get("prog")] == [taken["id"]], ours
+    finally:
+        sh("rm", "-rf", foreign)
+    upgraded = assert_rhythm(run_distro, "tc_program", dict(args, constants={"tc_action": TC_SHOT}))[0]
+    assert upgraded["id"] != taken["id"] and upgraded["diff"]["after"]["constants"] == {"tc_action": TC_SHOT}
+    assert_rhythm(run_distro, "tc_program", dict(args, state="absent"))
+    assert filters(pair.rx) == [] and pins(pin_root) == []
+
+
 # ------------------------------------------------------------------ forwarding
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", FORWARDING_METHODS)
 @pytest.mark.parametrize("program", ["redirect_xmit", "clone_redirect_xmit"])
 def test_redirect_forwards_through_the_router(run_distro, chain, tc_obj, drop_obj, method, program):
     """Frames into the router's eth0 leave by its eth1 and are counted by xdp_drop_count on the receiver."""
@@ -390,7 +421,7 @@ def test_redirect_forwards_through_the_router(run_distro, chain, tc_obj, drop_ob
     assert entry["constants"] == {"redirect_ifindex": {"ifindex": "eth1"}}
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", FORWARDING_METHODS)
 def test_redirect_ingress_delivers_into_the_targets_receive_path(run_distro, chain, tc_obj, method):
     """redirect_ingress on eth0 hands frames to eth1's receive path: tc_drop_count at eth1's ingress sees them."""
     count = dict(interface="eth1", netns=chain.rt, object=tc_obj, program="tc_drop_count", method=method)

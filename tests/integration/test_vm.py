@@ -2,7 +2,9 @@
 
 What this machine's kernel cannot show: the collection on a real remote host
 (modules shipped over SSH and run by the host's own Python), on an older kernel
-that has no tcx but has act_bpf. The VM is booted once per test session
+that has no tcx but has act_bpf. What the 6.1 kernel itself does (act_bpf
+redirects, takeover, upgrade; pktgen) is tested by the kernel-dependent tests,
+which make test-vm runs inside the VM. The VM is booted once per test session
 (conftest's vm fixture) unless it is up already (then it is left running). Each Ansible task costs seconds under
 emulation, so every test is one playbook with few tasks; the veth pairs and
 all traffic stay inside the VM.
@@ -172,99 +174,3 @@ def test_tc_program_act_bpf_and_no_tcx_on_6_1(vm, tmp_path):
         "method: tcx needs tcx links, which Linux has from 6.6; this kernel is 6.1."), tcx
     auto = results["auto"]
     assert auto["changed"] and auto["method"] == "cls_bpf", auto
-
-
-class VmChain(VmPair):
-    """TAG-tx/eth0 <-> TAG-rt/eth0, TAG-rt/eth1 <-> TAG-rx/eth0 inside the VM: a router between the pair."""
-
-    def __init__(self):
-        super().__init__()
-        self.rt = self.tag + "-rt"
-        self.namespaces = (self.tx, self.rt, self.rx)
-
-    def up_task(self):
-        script = ["mkdir -p %s" % OBJ_DIR] + ["ip netns add %s" % ns for ns in self.namespaces] + [
-            "ip link add eth0 netns %s address %s type veth peer name eth0 netns %s" % (self.tx, self.tx_mac, self.rt),
-            "ip link add eth1 netns %s type veth peer name eth0 netns %s address %s" % (self.rt, self.rx, self.rx_mac)]
-        script += ["ip netns exec %s sysctl -qw net.ipv6.conf.all.disable_ipv6=1" % ns for ns in self.namespaces]
-        script += ["ip -n %s link set %s up" % end for end in
-                   ((self.tx, "eth0"), (self.rt, "eth0"), (self.rt, "eth1"), (self.rx, "eth0"))]
-        return {"name": "Create a router chain in the VM (and the objects' directory)",
-                "ansible.builtin.command": {"argv": ["sh", "-ec", "\n".join(script)]}}
-
-
-def test_act_bpf_redirects_and_lifecycle_on_6_1(vm, tmp_path):
-    """The kernel commit's own setup (u32 match-all + act_bpf), which this machine's kernel cannot run.
-
-    Each redirect program on the router's eth0 in turn, each fed its own
-    protocol, so one read at the end tells them apart: redirect_xmit (UDP)
-    and clone_redirect_xmit (TCP) reach the receiver; redirect_ingress (ICMP)
-    enters the router's eth1 receive path, where tc_drop_count counts it.
-    Then the rhythm for an upgrade, for absent, and for a forced takeover of
-    a u32 + act_bpf filter put there by tc itself.
-    """
-    chain = VmChain()
-    obj = "%s/tc_redirect.o" % OBJ_DIR
-    on_eth0 = {"interface": "eth0", "netns": chain.rt, "object": obj, "method": "act_bpf",
-               "constants": {"redirect_ifindex": {"ifindex": "eth1"}}, "pin_root": chain.pin_root}
-    counter = {"interface": "eth1", "netns": chain.rt, "object": obj, "program": "tc_drop_count",
-               "method": "act_bpf", "constants": {"tc_action": 0}, "pin_root": chain.pin_root}
-    send = {"interface": "eth0", "netns": chain.tx, "engine": "socket", "count": 20, "src_ip": chain.tx_ip,
-            "dst_ip": chain.rx_ip, "dst_mac": chain.rx_mac}
-    redirects = []
-    for program, protocol in (("redirect_xmit", "udp"), ("clone_redirect_xmit", "tcp"), ("redirect_ingress", "icmp")):
-        redirects += [
-            {"name": "Attach " + program, "ebpf.xdp.tc_program": dict(on_eth0, program=program)},
-            {"name": "Send %s through %s" % (protocol, program),
-             "ebpf.xdp.xdp_trafficgen": dict(send, protocols=[protocol])},
-            {"name": "Remove " + program, "ebpf.xdp.tc_program": dict(on_eth0, program=program, state="absent")}]
-    foreign = "/sys/fs/bpf/%s/foreign" % chain.tag
-    takeover = dict(counter, interface="eth0", priority=1, handle=1, force=True)
-    setup = [chain.up_task()] + shipped(tmp_path, "tc_redirect") + shipped(tmp_path, "xdp_drop_count")
-    counting = [
-        {"name": "Count at the receiver", "ebpf.xdp.xdp_program": {
-            "interface": "eth0", "netns": chain.rx, "object": "%s/xdp_drop_count.o" % OBJ_DIR,
-            "mode": "native", "pin_root": chain.pin_root}},
-        {"name": "Count at the router's eth1 ingress", "ebpf.xdp.tc_program": counter},
-    ]
-    reading = [
-        {"name": "Read the receiver", "ebpf.xdp.xdp_facts": {"netns": chain.rx, "pin_root": chain.pin_root}},
-        {"name": "Read the router", "ebpf.xdp.xdp_facts": {"netns": chain.rt, "pin_root": chain.pin_root}},
-    ]
-    lifecycle = rhythm("tc_program", dict(counter, constants={"tc_action": 2}))
-    lifecycle += [dict(t, name="absent " + t["name"]) for t in rhythm("tc_program", dict(counter, state="absent"))]
-    lifecycle.append({"name": "A filter put there by tc", "ansible.builtin.shell": (
-        # nsenter, not tc -n: that mounts a fresh /sys, without the bpffs holding the pinned program.
-        "mkdir -p {pins} && bpftool prog loadall {obj} {pins} type action && "
-        "tc -n {ns} qdisc add dev eth0 clsact && "
-        "nsenter --net=/run/netns/{ns} tc filter add dev eth0 ingress prio 1 handle ::1 u32 match u32 0 0 "
-        "action bpf object-pinned {pins}/tc_drop_count && "
-        "tc -n {ns} -j filter show dev eth0 ingress").format(obj=obj, pins=foreign, ns=chain.rt)})
-    lifecycle += [dict(t, name="takeover " + t["name"]) for t in rhythm("tc_program", takeover)]
-    lifecycle.append({"name": "Witness", "ansible.builtin.command": {
-        "argv": ["tc", "-n", chain.rt, "filter", "show", "dev", "eth0", "ingress"]}})
-    results = playbook(str(tmp_path / "act_bpf.yml"), setup + [
-        {"name": "Redirect by act_bpf, then the lifecycle", "block": counting + redirects + reading + lifecycle,
-         "always": [chain.down_task()]}])
-
-    receiver = results["Read the receiver"]["ansible_facts"]["xdp"]["interfaces"]["eth0"]["xdp"]
-    assert receiver["protocols"] == {"udp": 20, "tcp": 20}, receiver
-    [eth1] = results["Read the router"]["ansible_facts"]["xdp"]["interfaces"]["eth1"]["tc"]["ingress"]
-    assert eth1["method"] == "act_bpf" and eth1["protocols"] == {"icmp": 20}, eth1
-    for program in ("redirect_xmit", "clone_redirect_xmit", "redirect_ingress"):
-        attached = results["Attach " + program]
-        assert attached["changed"] and attached["method"] == "act_bpf" and attached["verdict"] == "drop", attached
-        assert results["Remove " + program]["changed"], results["Remove " + program]
-
-    upgraded = results["tc_program 2"]
-    assert [results["tc_program %d" % i]["changed"] for i in (1, 2, 3, 4)] == [True, True, False, False]
-    assert upgraded["id"] != eth1["id"] and upgraded["diff"]["after"]["constants"] == {"tc_action": 2}, upgraded
-    assert [results["absent tc_program %d" % i]["changed"] for i in (1, 2, 3, 4)] == [True, True, False, False]
-
-    foreign_filter = [f for f in json.loads(results["A filter put there by tc"]["stdout"]) if "options" in f]
-    [foreign_id] = [a["prog"]["id"] for f in foreign_filter for a in f["options"].get("actions", []) if a.get("prog")]
-    steps = [results["takeover tc_program %d" % i] for i in (1, 2, 3, 4)]
-    assert [s["changed"] for s in steps] == [True, True, False, False], steps
-    taken = steps[1]
-    assert taken["id"] != foreign_id and taken["method"] == "act_bpf" and taken["priority"] == 1, taken
-    assert "bpf tc_drop_count id %d " % taken["id"] in results["Witness"]["stdout"], results["Witness"]

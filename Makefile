@@ -8,7 +8,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.build/collections
 export ANSIBLE_FORCE_COLOR ?= 0
 PYTEST := $(VENV)/bin/python -m pytest
 
-.PHONY: setup deploy lab-up lab-down vm-up vm-down test test-vm unit integration benchmark-smoke sanity lint molecule benchmark clean
+.PHONY: setup deploy lab-up lab-down vm-up vm-down test test-vm unit integration integration-shared integration-quiet benchmark-smoke sanity lint molecule benchmark clean
 
 setup:
 	@bash scripts/setup.sh
@@ -29,8 +29,9 @@ vm-up:
 vm-down:
 	bash scripts/vm.sh down
 
+# Stages, two steps side by side where they share nothing they measure: scripts/test.sh.
 test: setup
-	$(MAKE) --no-print-directory unit integration test-vm benchmark-smoke sanity lint molecule
+	bash scripts/test.sh
 
 # The VM host's tests (booted once): over SSH from here, and the kernel-dependent integration tests inside it,
 # on Debian 12's 6.1 kernel.
@@ -40,8 +41,15 @@ test-vm: setup
 unit:
 	$(PYTEST) -q tests/unit
 
-integration:
-	$(PYTEST) -q -rs --durations=25 --vm=without tests/integration
+integration: integration-shared integration-quiet
+
+# The integration tests that can share the machine with other work, and those
+# marked quiet (they measure rates or timing), with the toolchain target.
+integration-shared:
+	$(PYTEST) -q -rs --durations=25 --vm=without -m "not quiet" tests/integration
+
+integration-quiet:
+	$(PYTEST) -q -rs --durations=10 --vm=without -m quiet tests/integration
 	@bash tests/integration/targets/toolchain/runme.sh 2>.build/toolchain-test.log || { cat .build/toolchain-test.log; exit 1; }
 
 benchmark-smoke: setup

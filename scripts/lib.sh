@@ -14,8 +14,9 @@ ensure_apt_packages() {
 	((${#missing[@]})) || return 0
 	echo "$who: installing ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
-	apt-get update -qq
-	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	# make test runs some set-up steps side by side: wait for another's apt lock rather than fail.
+	apt-get -o DPkg::Lock::Timeout=900 update -qq
+	apt-get -o DPkg::Lock::Timeout=900 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
 # The Debian archive this machine's apt uses (a site's mirror or proxy), for debootstrap:

@@ -46,7 +46,7 @@ trap '[[ -z $booted ]] || $VM down' EXIT
 rc=0
 say "pytest here: the tests of the VM as a remote host"
 start=$SECONDS
-.venv/bin/python -m pytest -q -rs --durations=10 --vm=only tests/integration || rc=$?
+.venv/bin/python -m pytest -p no:cacheprovider -q -rs --durations=10 --vm=only tests/integration || rc=$?
 say "they took $((SECONDS - start)) s (exit $rc)"
 
 say "copying the checkout and $SITE to the VM's $DEST"

@@ -48,6 +48,10 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "kernel(feature): the test needs a kernel feature of kernel_features.PROBES; "
                             "where it is absent, the feature's refusal is asserted instead")
+    config.addinivalue_line("markers", "quiet: the test measures rates or timing; make test runs it with nothing "
+                            "else beside it (make integration-quiet)")
+    config.addinivalue_line("markers", "kernel_either(feature): the test asserts what the kernel does with and "
+                            "without a feature of kernel_features.PROBES itself (it reads the table)")
     config.ebpf_xdp_refusals = []
 
 
@@ -89,11 +93,13 @@ def features():
 
 def pytest_collection_modifyitems(session, config, items):  # pylint: disable=unused-argument
     """The VM tests last: the VM, booted once for them, keeps a CPU busy under emulation while it is up, which
-    the rate checks of the other tests must not share. With --kernel-dependent, only the tests marked kernel;
+    the rate checks of the other tests must not share. With --kernel-dependent, only the tests marked kernel or
+    kernel_either;
     --vm chooses whether the VM tests run."""
     def keep(item):
         on_vm = "vm" in getattr(item, "fixturenames", ())
-        if config.getoption("kernel_dependent") and not any(item.iter_markers("kernel")):
+        if config.getoption("kernel_dependent") and not any(item.iter_markers("kernel")) and not any(
+                item.iter_markers("kernel_either")):
             return False
         return {"with": True, "without": not on_vm, "only": on_vm}[config.getoption("vm")]
 
@@ -290,9 +296,11 @@ def xdp_attached(ns, dev="eth0"):
 
 
 class Pair(object):
-    """Two namespaces joined by a veth: tx/eth0 <-> rx/eth0, no IPv6, no ARP."""
+    """Two namespaces joined by a veth: tx/eth0 <-> rx/eth0, no IPv6, no ARP. With queues > 1, each end has that
+    many transmit and receive queues (senders on different CPUs then share no ring of the peer)."""
 
-    def __init__(self):
+    def __init__(self, queues=1):
+        self.queues = queues
         tag = uuid.uuid4().hex[:6]
         self.tx, self.rx = "xt%s-tx" % tag, "xt%s-rx" % tag
         self.tx_mac, self.rx_mac = "02:00:00:aa:00:01", "02:00:00:aa:00:02"
@@ -301,8 +309,9 @@ class Pair(object):
     def up(self):
         for ns in (self.tx, self.rx):
             sh("ip", "netns", "add", ns)
-        sh("ip", "link", "add", "eth0", "netns", self.tx, "address", self.tx_mac, "type", "veth",
-           "peer", "name", "eth0", "netns", self.rx, "address", self.rx_mac)
+        queues = ["numtxqueues", str(self.queues), "numrxqueues", str(self.queues)] if self.queues > 1 else []
+        sh("ip", "link", "add", "eth0", "netns", self.tx, "address", self.tx_mac, *queues, "type", "veth",
+           "peer", "name", "eth0", "netns", self.rx, "address", self.rx_mac, *queues)
         for ns, ip in ((self.tx, self.tx_ip), (self.rx, self.rx_ip)):
             sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
             sh("ip", "-n", ns, "addr", "add", ip + "/24", "dev", "eth0")
@@ -387,6 +396,13 @@ def drop_obj(tmp_path_factory):
     """xdp_drop_count compiled once for the session."""
     return compile_bpf(os.path.join(BPF_DIR, "xdp_drop_count.bpf.c"),
                        tmp_path_factory.mktemp("obj") / "xdp_drop_count.o", [os.path.join(BPF_DIR, "include")])
+
+
+@pytest.fixture(scope="session")
+def tc_obj(tmp_path_factory):
+    """files/bpf/tc_redirect.bpf.c (tc_drop_count and the redirect programs) compiled once for the session."""
+    return compile_bpf(os.path.join(BPF_DIR, "tc_redirect.bpf.c"),
+                       tmp_path_factory.mktemp("obj") / "tc_redirect.o", [os.path.join(BPF_DIR, "include")])
 
 
 def assert_rhythm(run, module, args):

@@ -10,7 +10,9 @@ A test that depends on a feature carries `@pytest.mark.kernel("name")`
 (or parameters so marked, see `needs`). Where the feature is absent, that
 test's body is not run: conftest runs the feature's refusal check instead
 (the collection's documented clear error, nothing changed) and lists it at
-the end of the run. Nothing here skips.
+the end of the run. A test that asserts both cases itself, reading the table,
+carries `@pytest.mark.kernel_either("name")`: make test-vm runs it on
+Debian 12's kernel too. Nothing here skips.
 """
 
 import os

@@ -1,8 +1,5 @@
-"""A snapshot of what a bad-input case must leave as it found it, printed as JSON (the playbook of
-test_bad_input.py runs it between the cases as a raw task: stdlib, _bpf and _netns only, no pytest, so it starts
-fast).
-
-    python pin_snapshot.py '{"namespaces": [...], "pin_root": ..., "objects": ..., "cache": ...}'
+"""A snapshot of what a bad-input case must leave as it found it (test_bad_input.py, test_datapath.py and
+test_verified_objects.py compare one taken before a case with one taken after it).
 
 What a failed case could leave behind, wherever the modules put things: programs on every hook (XDP, tcx
 links, tc filters of any kind, their actions too), qdiscs (a clsact added for a filter that then failed),
@@ -14,7 +11,6 @@ import errno
 import json
 import os
 import subprocess
-import sys
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _netns, _pins
 
@@ -120,6 +116,3 @@ def map_contents(path):
     except _bpf.BpfError:
         return None  # a program or a link
 
-
-if __name__ == "__main__":
-    print(json.dumps(snapshot(json.loads(sys.argv[1]))))

@@ -12,21 +12,16 @@ temporary file left next to them).
 """
 
 import hashlib
-import json
 import os
 import re
-import shlex
 import shutil
-import subprocess
-import sys
-import tempfile
 import uuid
 
 import pytest
 
 import kernel_features
 import pin_snapshot
-from conftest import BPF_DIR, PIN_ROOT_BASE, ROOT, VENV_PYTHON, ModuleRunner, Pair, compile_bpf
+from conftest import BPF_DIR, PIN_ROOT_BASE, VENV_PYTHON, ModuleRunner, Pair, compile_bpf
 
 INCLUDE = os.path.join(BPF_DIR, "include")
 SET = "badinput"
@@ -87,7 +82,7 @@ class Host:
     # ------------------------------------------------------------ what "unchanged" means
 
     def where(self):
-        """What snapshot() needs, for the snapshot task inside the playbook."""
+        """What pin_snapshot.snapshot() needs."""
         return {"namespaces": [self.tx, self.rx], "pin_root": self.pin_root, "objects": self.objects,
                 "cache": self.cache}
 
@@ -341,52 +336,24 @@ def argspec_case(message):
     return isinstance(message, str) and message.startswith(ARGSPEC)
 
 
-def playbook(host, check):
-    """Every case as a task (ignore_errors), each followed by a snapshot of the host; run once, check or not.
+def run_matrix(host, check):
+    """Every case, check mode or not, each followed by a snapshot of the host; {case: (result, before, after)}.
 
-    One playbook instead of one `ansible` per case: the controller starts once (each start costs ~1 s of CPU,
-    and the matrix runs each case twice), and the snapshots run on the host between the tasks.
+    The modules start directly (conftest's ModuleRunner: the module's own code, argument spec and check mode,
+    without a controller per case); test_module_runner shows that Ansible reports the same.
     """
     names = names_of(host)
-    snap = "PYTHONPATH=%s %s %s %s" % (shlex.quote(os.path.join(ROOT, ".build", "collections")), sys.executable,
-                                       shlex.quote(pin_snapshot.__file__), shlex.quote(json.dumps(host.where())))
-    tasks = []
+    before = pin_snapshot.snapshot(host.where())
+    outcomes = {}
     for name, module, args, message in CASES:
         args = fill(args, names)
         if module in PIN_MODULES:
             args.setdefault("pin_root", host.pin_root)
-        tasks.append({"name": name, "ebpf.xdp." + module: args, "ignore_errors": True})
-        if not argspec_case(message):
-            # raw: no module to build and ship; check_mode false: it runs in the check-mode playbook too.
-            tasks.append({"name": "snapshot after " + name, "ansible.builtin.raw": snap, "check_mode": False,
-                          "changed_when": False})
-    with tempfile.NamedTemporaryFile("w", suffix=".yml", dir="/tmp", delete=False) as handle:
-        json.dump([{"hosts": "localhost", "gather_facts": False, "tasks": tasks}], handle)
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-               ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
-               ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"),
-               ANSIBLE_INVENTORY_UNPARSED_WARNING="false", ANSIBLE_LOCALHOST_WARNING="false",
-               PYTHONPATH=os.path.join(ROOT, ".build", "collections"))
-    argv = [os.path.join(os.path.dirname(VENV_PYTHON), "ansible-playbook"), "-i", "localhost,", "-c", "local",
-            "-e", "ansible_python_interpreter=%s" % VENV_PYTHON, handle.name] + (["--check"] if check else [])
-    try:
-        before = pin_snapshot.snapshot(host.where())
-        proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd="/tmp", check=False)
-    finally:
-        os.unlink(handle.name)
-    try:
-        results = [task["hosts"]["localhost"] for task in json.loads(proc.stdout)["plays"][0]["tasks"]]
-    except (ValueError, KeyError, IndexError):
-        raise AssertionError("ansible-playbook printed no results:\n%s\n%s" % (proc.stdout, proc.stderr))
-    outcomes, results = {}, iter(results)
-    for name, _module, _args, message in CASES:
-        res = next(results)
+        res = host.run(module, args, check=check)
         if argspec_case(message):
             outcomes[name] = (res, before, before)
             continue
-        snap_res = next(results)
-        assert snap_res.get("rc") == 0, snap_res
-        after = json.loads(snap_res["stdout"])
+        after = pin_snapshot.snapshot(host.where())
         outcomes[name] = (res, before, after)
         before = after
     return outcomes
@@ -395,7 +362,7 @@ def playbook(host, check):
 @pytest.fixture(scope="module")
 def outcomes(host):
     """Check mode first, then the real run: the cases' results with the host before and after each."""
-    return {"check": playbook(host, check=True), "run": playbook(host, check=False)}
+    return {"check": run_matrix(host, check=True), "run": run_matrix(host, check=False)}
 
 
 def expect(message, res):

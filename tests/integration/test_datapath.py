@@ -17,7 +17,6 @@ import pin_snapshot
 from conftest import BPF_DIR, VENV_PYTHON, ModuleRunner, assert_rhythm, sh, xdp_attached
 from test_devmap_group import mcast_obj  # noqa: F401  # pylint: disable=unused-import
 from test_multicast_programs import Ports, counting_hosts, udp_to
-from test_tc_program import tc_obj  # noqa: F401  # pylint: disable=unused-import
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _datapath, _facts, _frames, _netns
 

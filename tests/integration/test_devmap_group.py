@@ -37,12 +37,6 @@ def mcast_obj(tmp_path_factory):
                        tmp_path_factory.mktemp("mcast") / "xdp_multicast.o", [os.path.join(BPF_DIR, "include")])
 
 
-@pytest.fixture(scope="module")
-def tc_obj(tmp_path_factory):
-    return compile_bpf(os.path.join(BPF_DIR, "tc_redirect.bpf.c"),
-                       tmp_path_factory.mktemp("tc") / "tc_redirect.o", [os.path.join(BPF_DIR, "include")])
-
-
 def play(tasks, python=SYSTEM_PYTHON):
     """Run tasks in one playbook on localhost; the per-task results (a loop's under "results")."""
     with tempfile.NamedTemporaryFile("w", suffix=".yml", dir="/tmp", delete=False) as handle:
@@ -486,6 +480,7 @@ def test_names_get_the_lowest_free_id_and_must_agree_with_ids(run_distro, mcast_
         assert not sw.ok(name="nothing", state="absent")["changed"]
 
 
+@pytest.mark.quiet
 def test_facts_show_groups_members_and_counters(run_distro, mcast_obj, drop_obj, pin_root):
     n = 30
     with switch(3, mcast_obj, drop_obj, run_distro, pin_root) as sw:

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import SYSTEM_PYTHON, VENV_PYTHON, ModuleRunner, ansible_env, sh
 from kernel_features import needs
-from test_tc_program import TC_SHOT, filters, tc_obj  # noqa: F401  # pylint: disable=unused-import
+from test_tc_program import TC_SHOT, filters
 from test_tc_redirect_programs import eventually
 from test_xdp_program import pins
 from test_zero_loss import direct, drop_v2, tc_v2  # noqa: F401  # pylint: disable=unused-import

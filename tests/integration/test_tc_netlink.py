@@ -165,6 +165,7 @@ def test_act_bpf_u32_attach_list_replace_delete(scenario, pair, tc_obj, directio
     assert_error(out["missing"], "TcError", "delete u32 filter prio 2 handle 0x1", "errno 2", err=2)
 
 
+@pytest.mark.kernel_either("act_bpf")
 def test_act_bpf_support_as_the_kernel_feature_table_says(scenario, pair, tc_obj, features):
     """The driver's first attach succeeds exactly where tc itself could add an act_bpf action, and fails
     with the named missing config option elsewhere (asserted in _act_bpf)."""

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import BPF_DIR, ROOT, SYSTEM_PYTHON, assert_rhythm, compile_bpf, sh
+from conftest import ROOT, SYSTEM_PYTHON, assert_rhythm, sh
 from kernel_features import needs
 from test_xdp_program import BAD_PROGRAM, compile_c, pins
 
@@ -31,13 +31,6 @@ char _license[] SEC("license") = "GPL";
 
 BAD_TC_PROGRAM = BAD_PROGRAM.replace('SEC("xdp")', 'SEC("tc")').replace("struct xdp_md", "struct __sk_buff") \
     .replace("XDP_DROP", "2").replace("XDP_PASS", "0")
-
-
-@pytest.fixture(scope="session")
-def tc_obj(tmp_path_factory):
-    """files/bpf/tc_redirect.bpf.c compiled once for the session."""
-    return compile_bpf(os.path.join(BPF_DIR, "tc_redirect.bpf.c"),
-                       tmp_path_factory.mktemp("tcobj") / "tc_redirect.o", [os.path.join(BPF_DIR, "include")])
 
 
 def filters(ns, direction="ingress"):
@@ -167,6 +160,7 @@ def test_method_switch_reattaches_with_a_warning(run_distro, pair, tc_obj):
     assert any("briefly without" in w for w in res.get("warnings", [])), res
 
 
+@pytest.mark.kernel_either("act_bpf")
 def test_a_failed_switch_puts_the_old_filter_back(run_distro, pair, tc_obj, features):
     """cls_bpf -> act_bpf on a kernel without act_bpf: the filter comes back where it was, clsact included.
     Where the kernel has act_bpf, the same switch succeeds (with its warning) and the way back is no gap."""
@@ -206,6 +200,7 @@ def test_moving_onto_a_foreign_filter_is_refused_before_anything_changes(run_dis
     assert ids == sorted([ours["id"], foreign])
 
 
+@pytest.mark.kernel_either("tcx")
 def test_auto_is_tcx_where_the_kernel_has_it_and_keeps_an_attached_method(run_distro, pair, tc_obj, features):
     args = dict(count_args(pair, "auto"), object=tc_obj)
     assert run_distro("tc_program", args)["method"] == ("tcx" if features["tcx"] else "cls_bpf")
@@ -319,6 +314,7 @@ def test_an_xdp_program_is_the_wrong_type(run_distro, pair, drop_obj, pin_root):
     assert_untouched(pair, pin_root)
 
 
+@pytest.mark.kernel_either("tcx")
 def test_plain_ingress_qdisc_is_a_clear_error(run_distro, pair, tc_obj, pin_root, features):
     sh("tc", "-n", pair.rx, "qdisc", "add", "dev", "eth0", "ingress")
     for check in (True, False):

@@ -66,13 +66,6 @@ char _license[] SEC("license") = "GPL";
 
 
 @pytest.fixture(scope="session")
-def tc_obj(tmp_path_factory):
-    """tc_redirect compiled once for the session."""
-    return compile_bpf(os.path.join(BPF_DIR, "tc_redirect.bpf.c"),
-                       tmp_path_factory.mktemp("obj") / "tc_redirect.o", [os.path.join(BPF_DIR, "include")])
-
-
-@pytest.fixture(scope="session")
 def vlan_obj(tmp_path_factory):
     src = tmp_path_factory.mktemp("vlan") / "vlan.bpf.c"
     src.write_text(VLAN_SOURCE)

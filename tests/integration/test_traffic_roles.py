@@ -89,7 +89,7 @@ def traffic_results(out):
 ], ids=["xdp_trafficgen-xdp", "xdp_trafficgen-socket"])
 def test_generator_counts_equal_receiver_counts(lab, engine, extra):
     before = rx_counts(lab.receiver) if lab.xdp_line("eth0") else {}
-    # Named, not auto: auto picks pktgen on a kernel that has it (the VM's, tested in test_vm_pktgen).
+    # Named, not auto: auto picks pktgen on a kernel that has it (the VM's, tested in test_pktgen_kernel).
     out = lab.playbook(playbook_path("traffic.yml"), dict(extra, pktgen_sender_engine="xdp_trafficgen",
                                                           pktgen_sender_trafficgen_engine=engine))
     count = extra["pktgen_sender_count"]

@@ -3,6 +3,8 @@
 import subprocess
 import time
 
+import pytest
+
 from conftest import ROOT, SYSTEM_PYTHON
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _facts
 
@@ -31,6 +33,7 @@ def udp_counted(pin):
         return (_facts.read_counters(counters) or {}).get(UDP, 0)
 
 
+@pytest.mark.quiet
 def test_rates_from_two_samples(run_distro, pair, drop_obj):
     attached = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj))
     assert attached["changed"] and not attached.get("failed"), attached

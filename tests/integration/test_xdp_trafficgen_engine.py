@@ -33,24 +33,6 @@ def tg_obj(tmp_path_factory):
                        tmp_path_factory.mktemp("obj") / "xdp_trafficgen.o", [os.path.join(BPF_DIR, "include")])
 
 
-class QueuePair(Pair):
-    """A pair whose receiving end has one receive queue per CPU: senders on different CPUs share no ring."""
-
-    def __init__(self, queues):
-        super().__init__()
-        self.queues = queues
-
-    def up(self):
-        for ns in (self.tx, self.rx):
-            sh("ip", "netns", "add", ns)
-        q = ["numtxqueues", str(self.queues), "numrxqueues", str(self.queues)]
-        sh("ip", "link", "add", "eth0", "netns", self.tx, "address", self.tx_mac, *q, "type", "veth",
-           "peer", "name", "eth0", "netns", self.rx, "address", self.rx_mac, *q)
-        for ns in (self.tx, self.rx):
-            sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
-            sh("ip", "-n", ns, "link", "set", "eth0", "up")
-
-
 def attach_drop(ns, drop_obj, action=None):
     """xdp_drop_count on ns/eth0 through netlink; the veth holds it until the namespace goes.
 
@@ -148,7 +130,7 @@ def test_threads_on_two_cpus_add_up(run_distro, drop_obj, tg_obj):
     cpus = sorted(os.sched_getaffinity(0))[:2]
     if len(cpus) < 2:
         pytest.skip("needs two CPUs")
-    pair = QueuePair(2)
+    pair = Pair(queues=2)
     pair.up()
     try:
         attach_drop(pair.rx, drop_obj)

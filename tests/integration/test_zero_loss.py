@@ -35,10 +35,13 @@ import pytest
 from conftest import BPF_DIR, VENV_PYTHON, ModuleRunner, Pair, compile_bpf, sh
 from kernel_features import needs
 from test_devmap_group import V4, V4_MAC, mcast_obj, switch  # noqa: F401  # pylint: disable=unused-import
-from test_tc_program import TC_SHOT, tc_obj  # noqa: F401  # pylint: disable=unused-import
+from test_tc_program import TC_SHOT
 from test_xdp_trafficgen_engine import set_gro, tg_obj  # noqa: F401  # pylint: disable=unused-import
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _facts, _hooks, _loader, _netns, _trafficgen
+
+# Every test here measures rates, or a gap in time against the module's report: with nothing else beside it.
+pytestmark = pytest.mark.quiet
 
 XDP_ABORTED, XDP_DROP = 0, 1
 MIN_PPS = 1e6

@@ -1,5 +1,5 @@
 """pktgen's pure parts: the Result-line parser, thread listings, CPU lists, addresses, settings and the
-commands they become. The proc protocol itself runs against a real kernel (tests/integration/test_vm_pktgen.py)."""
+commands they become. The proc protocol itself runs against a real kernel (tests/integration/test_pktgen_kernel.py)."""
 
 import pytest
 

@@ -1,15 +1,16 @@
-"""ebpf.xdp.pktgen: the kernel's pktgen, for real in the lab's VM (Debian 12's 6.1 has pktgen.ko), and on
-this machine's kernel: a run where it has pktgen, its refusal where it has none (kernel_features).
+"""ebpf.xdp.pktgen: the kernel's pktgen where the kernel has it (loadable counts: the lab's VM host, Debian 12's
+6.1, has pktgen.ko, and make test-vm runs these tests inside it), its refusal where it has none
+(kernel_features: this machine's kernel).
 
-In the VM: a veth pair with two queues per end, the receiver's eth0 counting
-with xdp_drop_count in native mode (dropping) and with tc_drop_count at tc
+A veth pair with two queues per end, the receiver's eth0 counting with
+xdp_drop_count in native mode (dropping) and with tc_drop_count at tc
 ingress; pktgen sends out of the sender's eth0 from two CPUs (flag
 QUEUE_MAP_CPU: one veth queue each, so the threads do not share a ring of
 the peer), then injects into the receiver's own eth0 with xmit_mode
 netif_receive, which passes tc ingress and not native XDP. The counters
 must equal what pktgen's Result lines say it sent, and the sender's
-tx_dropped the errors they report. Then every bad input in
-one playbook, each a clear error, and pktgen left with no devices.
+tx_dropped the errors they report. Then the bad input only the target host
+can answer, each a clear error, and pktgen left with no devices.
 
 Generic-mode XDP is never attached where pktgen's packets could reach it:
 that crashes the 6.1 kernel (the module refuses it; see _pktgen's docstring).
@@ -20,75 +21,53 @@ import time
 
 import pytest
 
-from test_vm import OBJ_DIR, VmPair, playbook, shipped
-
-from conftest import ModuleRunner, VENV_PYTHON, sh
+from conftest import ModuleRunner, Pair, VENV_PYTHON, sh
 
 COUNT = 20000  # per thread: a few seconds under emulation
 INJECT = 5000
 PROC = "/proc/net/pktgen"
 
 
-class QueuedPair(VmPair):
-    """VmPair with two transmit and receive queues on each end: one per pktgen thread."""
-
-    def up_task(self):
-        task = super().up_task()
-        script = task["ansible.builtin.command"]["argv"][2]
-        queues = " numtxqueues 2 numrxqueues 2"
-        task["ansible.builtin.command"]["argv"][2] = script.replace(
-            "address %s type veth" % self.tx_mac, "address %s%s type veth" % (self.tx_mac, queues)).replace(
-            "address %s\n" % self.rx_mac, "address %s%s\n" % (self.rx_mac, queues))
-        assert task["ansible.builtin.command"]["argv"][2].count(queues) == 2, task
-        return task
+def pktgen_files(*namespaces):
+    """pktgen's files and the devices of its threads, as seen from each namespace."""
+    return "".join(sh("ip", "netns", "exec", ns, "sh", "-c", "ls %s; cat %s/kpktgend_*" % (PROC, PROC)).stdout
+                   for ns in namespaces)
 
 
-def witness_and_down(pair, namespaces):
-    """The pair's down task, first listing pktgen's files and threads in each namespace (one task less)."""
-    task = pair.down_task()
-    witness = "; ".join("ip netns exec %s sh -c 'ls %s; cat %s/kpktgend_*'" % (ns, PROC, PROC) for ns in namespaces)
-    task["ansible.builtin.command"]["argv"][2] = witness + "; " + task["ansible.builtin.command"]["argv"][2]
-    task["name"] = "pktgen's files, then remove the pair"
-    return task
+@pytest.fixture
+def queued_pair():
+    pair = Pair(queues=2)
+    pair.up()
+    yield pair
+    pair.down()
 
 
-def pktgen(name, **args):
-    return {"name": name, "ebpf.xdp.pktgen": args, "register": name.replace(" ", "_")}
-
-
-def test_pktgen_counts_equal_receiver_counters(vm, tmp_path):
-    pair = QueuedPair()
+@pytest.mark.kernel("pktgen")
+@pytest.mark.kernel("two_cpus")
+def test_pktgen_counts_equal_receiver_counters(run_distro, queued_pair, drop_obj, tc_obj):
+    pair, run = queued_pair, run_distro
     send = {"interface": "eth0", "netns": pair.tx, "dst_ip": pair.rx_ip, "dst_mac": pair.rx_mac,
             "cpus": [0, 1], "count": COUNT, "flags": ["QUEUE_MAP_CPU", "NO_TIMESTAMP"]}
     started = time.monotonic()
-    block = [
-        {"name": "XDP at the receiver (native, drop)", "ebpf.xdp.xdp_program": {
-            "interface": "eth0", "netns": pair.rx, "object": "%s/xdp_drop_count.o" % OBJ_DIR,
-            "mode": "native", "pin_root": pair.pin_root}},
-        {"name": "tc ingress at the receiver (drop)", "ebpf.xdp.tc_program": {
-            "interface": "eth0", "netns": pair.rx, "object": "%s/tc_redirect.o" % OBJ_DIR,
-            "program": "tc_drop_count", "method": "cls_bpf", "constants": {"tc_action": 2},
-            "pin_root": pair.pin_root}},
-        dict(pktgen("Check mode", **send), check_mode=True),
-        # The sender's counters around the send: its tx_dropped must account for pktgen's errors.
-        {"name": "Read the sender before", "ebpf.xdp.xdp_facts": {
-            "netns": pair.tx, "interfaces": ["eth0"], "pin_root": pair.pin_root}},
-        pktgen("Send", **send),
-        {"name": "Read the sender after", "ebpf.xdp.xdp_facts": {
-            "netns": pair.tx, "interfaces": ["eth0"], "pin_root": pair.pin_root}},
-        pktgen("Inject", interface="eth0", netns=pair.rx, dst_ip=pair.rx_ip, dst_mac=pair.rx_mac,
-               xmit_mode="netif_receive", burst=8, count=INJECT),
-        {"name": "Read the receiver", "ebpf.xdp.xdp_facts": {"netns": pair.rx, "pin_root": pair.pin_root}},
-    ]
-    tasks = [pair.up_task()] + shipped(tmp_path, "xdp_drop_count") + shipped(tmp_path, "tc_redirect") + [{
-        "name": "Count at the receiver, send, inject, read", "block": block,
-        "always": [witness_and_down(pair, (pair.tx, pair.rx))]}]
-    results = playbook(str(tmp_path / "pktgen.yml"), tasks)
+    attached = run("xdp_program", {"interface": "eth0", "netns": pair.rx, "object": drop_obj, "mode": "native"})
+    assert attached["changed"] and not attached.get("failed"), attached
+    counted = run("tc_program", {"interface": "eth0", "netns": pair.rx, "object": tc_obj, "program": "tc_drop_count",
+                                 "method": "cls_bpf", "constants": {"tc_action": 2}})
+    assert counted["changed"] and not counted.get("failed"), counted
+
+    check = run("pktgen", send, check=True)
+    assert check["changed"] and check["total"] == 0 and [t["cpu"] for t in check["threads"]] == [0, 1], check
+    # The sender's counters around the send: its tx_dropped must account for pktgen's errors.
+    stats = [run("xdp_facts", {"netns": pair.tx, "interfaces": ["eth0"]})]
+    sent = run("pktgen", send)
+    stats.append(run("xdp_facts", {"netns": pair.tx, "interfaces": ["eth0"]}))
+    stats = [facts["ansible_facts"]["xdp"]["interfaces"]["eth0"]["stats"] for facts in stats]
+    injected = run("pktgen", {"interface": "eth0", "netns": pair.rx, "dst_ip": pair.rx_ip, "dst_mac": pair.rx_mac,
+                              "xmit_mode": "netif_receive", "burst": 8, "count": INJECT})
+    receiver = run("xdp_facts", {"netns": pair.rx})
+    files = pktgen_files(pair.tx, pair.rx)
     wall = time.monotonic() - started
 
-    check = results["Check mode"]
-    assert check["changed"] and check["total"] == 0 and [t["cpu"] for t in check["threads"]] == [0, 1], check
-    sent = results["Send"]
     assert sent["changed"] and not sent["stopped"] and sent["xmit_mode"] == "start_xmit", sent
     assert [(t["cpu"], t["device"], t["sent"]) for t in sent["threads"]] == [(0, "eth0@0", COUNT),
                                                                              (1, "eth0@1", COUNT)], sent
@@ -102,17 +81,14 @@ def test_pktgen_counts_equal_receiver_counters(vm, tmp_path):
     # a drop veth_xmit counts in the sender's tx_dropped, where nothing else adds here (eth0 in tx has no XDP
     # program of its own and nothing redirects into rx). So the errors are exactly the growth of tx_dropped:
     # every attempt is either counted by the receiver or refused by the sender's veth.
-    stats = [results["Read the sender %s" % when]["ansible_facts"]["xdp"]["interfaces"]["eth0"]["stats"]
-             for when in ("before", "after")]
     refused = stats[1]["tx_dropped"] - stats[0]["tx_dropped"]
     assert sum(t["errors"] for t in sent["threads"]) == sent["errors"] == refused, (sent["threads"], stats)
 
-    injected = results["Inject"]
     [thread] = injected["threads"]
     # netif_receive: pktgen counts what the receive path dropped (here tc's TC_ACT_SHOT) as errors.
     assert thread["sent"] == INJECT and thread["errors"] == INJECT and thread["pps"] > 0, injected
 
-    eth0 = results["Read the receiver"]["ansible_facts"]["xdp"]["interfaces"]["eth0"]
+    eth0 = receiver["ansible_facts"]["xdp"]["interfaces"]["eth0"]
     # Everything pktgen sent reached native XDP; nothing injected did (netif_receive is after the driver)...
     assert eth0["xdp"]["protocols"] == {"udp": sent["total"]}, eth0["xdp"]
     # ...and tc ingress saw only the injected packets (XDP dropped the others before it).
@@ -120,56 +96,41 @@ def test_pktgen_counts_equal_receiver_counters(vm, tmp_path):
     assert tc["protocols"] == {"udp": INJECT}, tc
 
     # No devices left behind: the thread files list none, no eth0@N file remains.
-    files = results["pktgen's files, then remove the pair"]["stdout"]
     assert "eth0@" not in files and "Stopped: \n" in files and "kpktgend_1" in files, files
-    print("\npktgen result lines (VM, Debian 12 6.1 under TCG):")
-    for task in ("Send", "Inject"):
-        for t in results[task]["threads"]:
-            print("%s %s: %s" % (task, t["device"], t["result"].replace("\n", " /")))
-    print("wall time of the playbook: %.1f s" % wall)
+    print("\npktgen result lines:")
+    for name, res in (("Send", sent), ("Inject", injected)):
+        for t in res["threads"]:
+            print("%s %s: %s" % (name, t["device"], t["result"].replace("\n", " /")))
+    print("wall time: %.1f s" % wall)
 
 
-def test_pktgen_bad_input_on_the_vm(vm, tmp_path):
+@pytest.mark.kernel("pktgen")
+def test_pktgen_bad_input_on_the_target_kernel(run_distro, pair, drop_obj):
     """What only the target host can answer: its devices, its CPUs, its kernel's refusals, and the targets
     the module refuses because they crash 6.1. The settings' own mistakes fail the same way everywhere and
-    are tested on this machine (test_bad_settings_each_a_clear_error), where a task costs far less."""
-    pair = VmPair()
+    are tested on every kernel (test_bad_settings_each_a_clear_error)."""
     base = {"interface": "eth0", "netns": pair.tx, "dst_ip": pair.rx_ip, "dst_mac": pair.rx_mac, "count": 10}
-    cases = {
-        "unknown device": dict(base, interface="nosuch0"),
-        "CPU not present": dict(base, cpus=[0, 63]),
-        "burst on a veth": dict(base, burst=8),
-        "netif_receive into generic XDP": dict(base, xmit_mode="netif_receive"),
-        "out of a veth into generic XDP": dict(base, netns=pair.rx, dst_mac=pair.tx_mac),
-    }
-    started = time.monotonic()
     # Generic mode on the sender's eth0: the two refusals aim at it, and nothing else sends to it.
-    block = [{"name": "Generic XDP on the sender", "ebpf.xdp.xdp_program": {
-        "interface": "eth0", "netns": pair.tx, "object": "%s/xdp_drop_count.o" % OBJ_DIR,
-        "mode": "generic", "pin_root": pair.pin_root}}]
-    block += [dict(pktgen(name, **args), ignore_errors=True) for name, args in cases.items()]
-    tasks = [pair.up_task()] + shipped(tmp_path, "xdp_drop_count") + [{
-        "name": "Bad input", "block": block, "always": [witness_and_down(pair, (pair.tx,))]}]
-    results = playbook(str(tmp_path / "bad.yml"), tasks)
-    wall = time.monotonic() - started
+    generic = run_distro("xdp_program", {"interface": "eth0", "netns": pair.tx, "object": drop_obj,
+                                         "mode": "generic"})
+    assert generic["changed"] and not generic.get("failed"), generic
 
-    def msg(name):
-        res = results[name]
+    def msg(**change):
+        res = run_distro("pktgen", dict(base, **change))
         assert res.get("failed") and not res.get("total"), res
         return res["msg"]
 
-    assert msg("unknown device").startswith("interface 'nosuch0' does not exist")
-    assert msg("CPU not present").startswith("CPU 63 is not present or not online (online: 0-1)")
+    assert msg(interface="nosuch0").startswith("interface 'nosuch0' does not exist")
+    assert msg(cpus=[0, 63]).startswith("CPU 63 is not present or not online (online: ")
     # The kernel refuses this one: configured up to the refusal, then removed again (the files below).
-    assert msg("burst on a veth").startswith("pktgen refused 'burst 8' on eth0@0 (not supported)")
-    assert "IFF_TX_SKB_SHARING" in msg("burst on a veth")
-    assert msg("netif_receive into generic XDP").startswith(
+    burst = msg(burst=8)
+    assert burst.startswith("pktgen refused 'burst 8' on eth0@0 (not supported)") and "IFF_TX_SKB_SHARING" in burst
+    assert msg(xmit_mode="netif_receive").startswith(
         "refusing xmit_mode netif_receive into veth eth0: it has a generic-mode XDP program")
-    assert msg("out of a veth into generic XDP").startswith(
+    assert msg(netns=pair.rx, dst_mac=pair.tx_mac).startswith(
         "refusing to send out of veth eth0: its peer has a generic-mode XDP program")
-    files = results["pktgen's files, then remove the pair"]["stdout"]
+    files = pktgen_files(pair.tx)
     assert "eth0@" not in files and "Stopped: \n" in files, files
-    print("\nwall time of the bad-input playbook: %.1f s" % wall)
 
 
 BAD_SETTINGS = {

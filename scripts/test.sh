@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# make test, after set-up: every test, in four stages. The machine has two
+# CPUs and most steps keep one busy, so two steps run side by side wherever
+# they share nothing they measure; what measures rates or timing runs with
+# nothing beside it.
+#  1. the unit tests
+#  2. the integration tests that do not measure rates, and beside them
+#     make test-vm (the VM's tests over SSH, then the kernel-dependent tests
+#     inside it: a separate kernel, qemu keeps about a CPU busy)
+#  3. alone: the integration tests marked quiet (rates and timing), the
+#     toolchain target, the benchmarks' smoke runs
+#  4. molecule, and beside it sanity and lint
+# A step beside another writes its output to .build/test-logs/NAME.log,
+# printed here when it ends. Every step runs even when an earlier one failed;
+# the summary lists each with its time, and the exit status says whether all
+# passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LOGS=.build/test-logs
+mkdir -p "$LOGS"
+MAKE_STEP=(make --no-print-directory)
+results=()
+declare -A beside_pids
+
+record() { # name, exit status, seconds
+	local verdict=passed
+	(($2 == 0)) || verdict="FAILED (exit $2)"
+	results+=("$(printf '%-22s %-16s %5d s' "$1" "$verdict" "$3")")
+	echo "test.sh: $1 $verdict in $3 s"
+}
+
+step() { # name, command...: run here
+	local name=$1 start=$SECONDS rc=0
+	shift
+	echo
+	echo "== test.sh: $name"
+	"$@" || rc=$?
+	record "$name" "$rc" $((SECONDS - start))
+}
+
+beside() { # name, command...: run in the background
+	local name=$1
+	shift
+	echo "== test.sh: $name, beside the next steps (output: $LOGS/$name.log)"
+	(
+		start=$SECONDS rc=0
+		"$@" >"$LOGS/$name.log" 2>&1 || rc=$?
+		echo "$rc $((SECONDS - start))" >"$LOGS/$name.status"
+	) &
+	beside_pids[$name]=$!
+}
+
+collect() { # name: wait for a step run beside, show its output and record it
+	local name=$1 rc secs
+	wait "${beside_pids[$name]}"
+	echo
+	echo "== test.sh: $name (ran beside the steps above)"
+	cat "$LOGS/$name.log"
+	read -r rc secs <"$LOGS/$name.status" || { rc=1 secs=0; }
+	record "$name" "$rc" "$secs"
+}
+
+start=$SECONDS
+step unit "${MAKE_STEP[@]}" unit
+
+beside test-vm bash scripts/test_vm.sh
+step integration "${MAKE_STEP[@]}" integration-shared
+collect test-vm
+
+step integration-quiet "${MAKE_STEP[@]}" integration-quiet
+step benchmark-smoke bash scripts/benchmark.sh --smoke
+
+beside sanity-and-lint bash -c "${MAKE_STEP[*]} sanity && ${MAKE_STEP[*]} lint"
+step molecule bash scripts/molecule.sh
+collect sanity-and-lint
+
+echo
+echo "== test.sh: summary ($((SECONDS - start)) s in all)"
+printf '%s\n' "${results[@]}"
+! printf '%s\n' "${results[@]}" | grep -q FAILED

@@ -15,7 +15,7 @@
 # the summary lists each with its time, and the exit status says whether all
 # passed.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 LOGS=.build/test-logs
 mkdir -p "$LOGS"
 MAKE_STEP=(make --no-print-directory)

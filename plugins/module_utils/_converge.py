@@ -41,7 +41,7 @@ import time
 from typing import Callable
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import (
-    _bcc, _bpf, _common, _hooks, _loader, _netns, _pins, _revisions)
+    _bcc, _bpf, _common, _hooks, _loader, _netns, _pins, _revisions, _session)
 from ansible_collections.ebpf.xdp.plugins.module_utils._compile import sha256_file
 from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import (
     HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed, Placement)
@@ -539,8 +539,14 @@ def converge_interface(params: dict, check_mode: bool, make_hook: Callable) -> t
 
     Outside check mode the pin root must be on bpffs and the interface is
     locked; the hook is read under the lock, since a concurrent run may have
-    just changed it. Returns the result and the warnings.
+    just changed it. Returns the result and the warnings. The kernel is read
+    through the host session (_session): a datapath task's entries share it.
     """
+    with _session.host():
+        return _converge_interface(params, check_mode, make_hook)
+
+
+def _converge_interface(params: dict, check_mode: bool, make_hook: Callable) -> tuple[dict, list[str]]:
     _revisions.check_params(params)
     if params["state"] == "absent":
         gone = absent_without_interface(params, check_mode, make_hook)

@@ -38,7 +38,7 @@ import os
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import (
-    _bcc, _common, _compile, _converge, _devmap, _map_entry, _netns, _pins, _revisions)
+    _bcc, _common, _compile, _converge, _devmap, _map_entry, _netns, _pins, _revisions, _session)
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 from ansible_collections.ebpf.xdp.plugins.module_utils._tc import TcHook
 from ansible_collections.ebpf.xdp.plugins.module_utils._xdp import XdpHook
@@ -395,8 +395,9 @@ def run(params: dict, check_mode: bool, run_command, find_clang) -> tuple[dict, 
     if state == "gathered":
         return dict(changed=False, gathered=before, namespaces=namespaces), []
     job = Run(pin_root, check_mode, run_command, find_clang)
-    for section, index, step_params in plan(state, validated, before, pin_root):
-        job.step(section, index, copy.deepcopy(step_params), before)
+    with _session.host():  # every entry reads the host through one session
+        for section, index, step_params in plan(state, validated, before, pin_root):
+            job.step(section, index, copy.deepcopy(step_params), before)
     after = before if not job.changes else (predict(before, job.changes) if check_mode else
                                             gather(pin_root, namespaces))
     result = dict(changed=bool(job.changes), before=before, after=after, changes=job.changes,

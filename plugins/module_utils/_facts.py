@@ -15,7 +15,7 @@ import sys
 import time
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import (
-    _bpf, _devmap, _hooks, _netlink, _netns, _pins, _tc_hooks, _tc_netlink)
+    _bpf, _devmap, _hooks, _netlink, _netns, _pins, _session, _tc_hooks, _tc_netlink)
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 # Maps with this name are keyed by IP protocol number (xdp_drop_count, xdp1).
@@ -101,7 +101,13 @@ def _still_there(observe, *args) -> dict | None:
 
 def snapshot(pin_root: str, netns: str | None, wanted: list[str], warnings: list[str] | None = None) -> dict:
     """Interfaces (all with a program, or those named in wanted) with their XDP and tc programs and counters;
-    a map set that cannot be read is left out, said in `warnings`."""
+    a map set that cannot be read is left out, said in `warnings`. One session: a socket, a qdisc dump, a tcx
+    probe for every interface of the namespace."""
+    with _session.host():
+        return _snapshot(pin_root, netns, wanted, warnings)
+
+
+def _snapshot(pin_root: str, netns: str | None, wanted: list[str], warnings: list[str] | None) -> dict:
     key = _netns.netns_key(netns)
     out = {}
     qdiscs = _tc_netlink.hook_qdiscs()  # one dump for every interface

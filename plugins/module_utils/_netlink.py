@@ -14,10 +14,10 @@ from __future__ import annotations
 import errno
 import traceback
 
+from ansible_collections.ebpf.xdp.plugins.module_utils import _session
 from ansible_collections.ebpf.xdp.plugins.module_utils._netns import NotFoundError
 
 try:
-    from pyroute2 import IPRoute
     from pyroute2.netlink.exceptions import NetlinkError
 except ImportError:
     HAS_PYROUTE2 = False
@@ -41,13 +41,13 @@ def _link(ipr, ifname):
 
 def interface(ifname: str) -> dict:
     """Index, MAC address and XDP state of one interface in the current namespace."""
-    with IPRoute() as ipr:
+    with _session.socket() as ipr:
         return _describe(_link(ipr, ifname))
 
 
 def interfaces() -> list[dict]:
     """Every interface in the current namespace, as interface() describes it."""
-    with IPRoute() as ipr:
+    with _session.socket() as ipr:
         return [_describe(link) for link in ipr.get_links()]
 
 

@@ -44,7 +44,7 @@ import os
 import shutil
 from typing import Iterator
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _session
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 BPFFS_MOUNT = "/sys/fs/bpf"
@@ -295,6 +295,8 @@ def lock(netns_key: str, name: str) -> Iterator[None]:
     # Root's only, like the pins: whoever can open a lock can hold it and stall every run.
     with os.fdopen(os.open(os.path.join(directory, name + ".lock"), os.O_WRONLY | os.O_CREAT, 0o600), "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
+        # What the session read before the lock, another run may have changed since: read it again.
+        _session.wrote()
         try:
             yield
         finally:

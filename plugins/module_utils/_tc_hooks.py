@@ -17,7 +17,7 @@ import errno
 import os
 import platform
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _tc_netlink
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _session, _tc_netlink
 from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import HELD_BY_LINK, HELD_BY_NETLINK, Observed
 
 
@@ -25,14 +25,16 @@ TC_DIRECTIONS = {"ingress": _bpf.BPF_TCX_INGRESS, "egress": _bpf.BPF_TCX_EGRESS}
 
 
 def tcx_supported(ifindex: int) -> bool:
-    """Whether this kernel has tcx (6.6+): it answers a query of the tcx hook."""
-    try:
-        _bpf.tcx_query(ifindex, _bpf.BPF_TCX_INGRESS)
-    except _bpf.BpfError as exc:
-        if exc.errno == errno.EINVAL:
-            return False
-        raise
-    return True
+    """Whether this kernel has tcx (6.6+): it answers a query of the tcx hook (asked once per session)."""
+    def ask():
+        try:
+            _bpf.tcx_query(ifindex, _bpf.BPF_TCX_INGRESS)
+        except _bpf.BpfError as exc:
+            if exc.errno == errno.EINVAL:
+                return False
+            raise
+        return True
+    return _session.probe("tcx", ask)
 
 
 def act_bpf_available() -> bool:

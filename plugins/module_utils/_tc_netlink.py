@@ -30,7 +30,7 @@ in pyroute2, and why it is not used:
 - their u32 selector decoder reads the keys four bytes off, and their u32
   encoder requires a classid (`target`);
 - 0.9's IPRoute.nlm_request() fails with KeyError('nlm_generator')
-  (see _socket), and 0.9 no longer starts a message's fields at zero.
+  (see _session.open_socket), and 0.9 no longer starts a message's fields at zero.
 """
 
 from __future__ import annotations
@@ -42,11 +42,11 @@ import struct
 import traceback
 from typing import NoReturn
 
+from ansible_collections.ebpf.xdp.plugins.module_utils import _session
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 from ansible_collections.ebpf.xdp.plugins.module_utils._netns import NotFoundError
 
 try:
-    from pyroute2 import IPRoute
     from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST
     from pyroute2.netlink import NLA_F_NESTED, nla, nlmsg
     from pyroute2.netlink.exceptions import NetlinkError
@@ -237,21 +237,19 @@ def _info(prio: int, protocol: int = ETH_P_ALL) -> int:
 
 
 def _socket():
-    # ext_ack: the kernel's own reason ("Specified filter handle not found")
-    # comes back in NetlinkError.args[1], in 0.7 and 0.9 alike.
-    ipr = IPRoute(ext_ack=True)
-    # pyroute2 0.9 (0.9.7 and its master as of this writing): IPRoute.__init__
-    # skips the status["nlm_generator"] its base class NetlinkSocket sets, so
-    # IPRoute.nlm_request() raises KeyError('nlm_generator'). Set it as the
-    # base class would (False: answers as a tuple). 0.7 has no status.
-    status = getattr(ipr, "status", None)
-    if status is not None and "nlm_generator" not in status:
-        status["nlm_generator"] = False
-    return ipr
+    """The run's socket for this namespace (see _session), or one of its own outside a session."""
+    return _session.socket()
 
 
 def _request(ipr, msg: _TcMsg, msg_type: int, flags: int) -> list:
-    return list(ipr.nlm_request(msg, msg_type=msg_type, msg_flags=flags))
+    try:
+        return list(ipr.nlm_request(msg, msg_type=msg_type, msg_flags=flags))
+    finally:
+        # Even when refused: the kernel may have done part of it. A filter changes no qdisc.
+        if msg_type in (RTM_NEWTFILTER, RTM_DELTFILTER):
+            _session.wrote("filters")
+        elif msg_type not in (RTM_GETQDISC, RTM_GETTFILTER):
+            _session.wrote()
 
 
 def _dump(ipr, msg: _TcMsg, msg_type: int) -> list[_TcMsg]:
@@ -296,7 +294,7 @@ def _check_interface(ipr, ifindex: int, what: str) -> None:
 def _hook_qdiscs(ipr, what: str) -> dict[int, str | None]:
     """Every interface of the namespace (it has a root qdisc) with the kind of its hook qdisc, or None."""
     try:
-        qdiscs = _dump(ipr, _tcmsg(0, 0), RTM_GETQDISC)
+        qdiscs = _session.dump(("qdiscs",), lambda: _dump(ipr, _tcmsg(0, 0), RTM_GETQDISC))
     except NetlinkError as exc:
         _fail(what, exc)
     kinds: dict[int, str | None] = {}
@@ -463,7 +461,8 @@ def _describe(msg: _TcMsg) -> dict | None:
 def _dump_filters(ipr, ifindex: int, direction: str, what: str, prio: int = 0) -> list[_TcMsg]:
     # A prio in tcm_info makes the kernel dump only that priority.
     try:
-        return _dump(ipr, _tcmsg(ifindex, _parent(direction), info=(prio & 0xFFFF) << 16), RTM_GETTFILTER)
+        return _session.dump(("filters", ifindex, direction, prio), lambda: _dump(
+            ipr, _tcmsg(ifindex, _parent(direction), info=(prio & 0xFFFF) << 16), RTM_GETTFILTER))
     except NetlinkError as exc:
         _fail(what, exc)
 

@@ -16,6 +16,9 @@ from conftest import ROOT, SYSTEM_PYTHON, assert_rhythm, sh
 from kernel_features import needs
 from test_xdp_program import BAD_PROGRAM, compile_c, pins
 
+from ansible_collections.ebpf.xdp.plugins.module_utils import _converge, _datapath, _session
+from ansible_collections.ebpf.xdp.plugins.module_utils._tc import TcHook
+
 TC_OK, TC_SHOT = 0, 2
 METHODS = [needs("tcx", "tcx"), "cls_bpf"]
 # Forwarding also by act_bpf (u32 match-all + bpf action, the kernel commit's own setup) where the kernel has it.
@@ -208,6 +211,24 @@ def test_auto_is_tcx_where_the_kernel_has_it_and_keeps_an_attached_method(run_di
     run_distro("tc_program", dict(args, method="cls_bpf"))
     kept = run_distro("tc_program", args)
     assert kept["changed"] is False and kept["method"] == "cls_bpf"
+
+
+@pytest.mark.kernel_either("tcx")
+@pytest.mark.parametrize("method", ["auto", "cls_bpf"])
+def test_a_first_attach_reads_the_kernel_once(pair, tc_obj, pin_root, features, method):
+    """The host session: a first attach (auto: tcx where the kernel has it, else what cls_bpf does - a new
+    clsact qdisc, then the filter) opens one netlink socket in the namespace, dumps its qdiscs at most twice
+    (before and after adding clsact) and asks once whether the kernel has tcx. Counted on the real kernel, the
+    converge run in this process as the module runs it."""
+    params = _datapath.validate({"tc": [dict(interface="eth0", netns=pair.rx, object=tc_obj,
+                                             program="tc_drop_count", method=method)]}, pin_root)["tc"][0]
+    with _session.host() as session:
+        result, _warnings = _converge.converge_interface(params, False, TcHook.from_params)
+    assert result["changed"] and result["method"] == ("tcx" if method == "auto" and features["tcx"] else "cls_bpf")
+    counts = dict(session.counts)
+    assert counts.get("sockets", 0) <= 1 and counts.get("dump:qdiscs", 0) <= 2, counts
+    assert counts.get("probe:tcx") == 1, counts
+    print("\nround trips of a first %s attach: %s" % (result["method"], counts))
 
 
 def attach_foreign_filter(pair, obj, prio=1, handle=1, protocol="all"):

@@ -1,0 +1,156 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) ebpf.xdp contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The host session: what one module run has read of the host, kept for the rest of the run.
+
+Private to the ebpf.xdp collection: the interface may change without notice.
+
+Inside `with host():` (a program module's converge, a datapath task, the
+facts) the netlink traffic of a run goes through one socket per network
+namespace, opened on first use, and the tc dumps (every qdisc of a
+namespace, the filters of one hook) are read once: a write in a namespace
+forgets that namespace's dumps of what it changed (a filter's, the filter
+dumps; a qdisc's, all), so the next read sees what the write did.
+Whether the kernel has tcx is asked once. Outside of a session every call
+opens its own socket and reads afresh, as a one-off call should.
+
+`counts` says how often the run went to the kernel (sockets opened, dumps
+read, tcx probes): the tests assert round trips with it.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import traceback
+
+try:
+    from pyroute2 import IPRoute
+except ImportError:
+    HAS_PYROUTE2 = False
+    PYROUTE2_IMPORT_ERROR = traceback.format_exc()
+else:
+    HAS_PYROUTE2 = True
+    PYROUTE2_IMPORT_ERROR = None
+
+
+def current_netns() -> tuple[int, int]:
+    """The calling thread's network namespace (setns() is per thread), by device and inode."""
+    info = os.stat("/proc/thread-self/ns/net")
+    return info.st_dev, info.st_ino
+
+
+def open_socket():
+    """A new rtnetlink socket in the calling thread's namespace (it stays there when the thread leaves)."""
+    # ext_ack: the kernel's own reason ("Specified filter handle not found")
+    # comes back in NetlinkError.args[1], in 0.7 and 0.9 alike.
+    ipr = IPRoute(ext_ack=True)
+    # pyroute2 0.9 (0.9.7 and its master as of this writing): IPRoute.__init__
+    # skips the status["nlm_generator"] its base class NetlinkSocket sets, so
+    # IPRoute.nlm_request() raises KeyError('nlm_generator'). Set it as the
+    # base class would (False: answers as a tuple). 0.7 has no status.
+    status = getattr(ipr, "status", None)
+    if status is not None and "nlm_generator" not in status:
+        status["nlm_generator"] = False
+    return ipr
+
+
+class Session:
+    """One run's sockets, dumps and probes; see the module docstring."""
+
+    def __init__(self):
+        self.sockets: dict[tuple[int, int], object] = {}
+        self.dumps: dict[tuple, object] = {}
+        self.probes: dict[str, object] = {}
+        self.counts: collections.Counter = collections.Counter()
+
+    def socket(self):
+        netns = current_netns()
+        if netns not in self.sockets:
+            self.sockets[netns] = open_socket()
+            self.counts["sockets"] += 1
+        return self.sockets[netns]
+
+    def dump(self, key: tuple, read):
+        """read()'s answer for key in the current namespace, read once until the next write there."""
+        where = (current_netns(),) + key
+        if where not in self.dumps:
+            self.dumps[where] = read()
+            self.counts["dump:" + key[0]] += 1
+        return self.dumps[where]
+
+    def wrote(self, kind: str | None = None) -> None:
+        """Something in the current namespace changed: its dumps (of that kind, or all) are read again when
+        next asked for."""
+        netns = current_netns()
+        self.dumps = {key: value for key, value in self.dumps.items()
+                      if key[0] != netns or kind not in (None, key[1])}
+
+    def probe(self, name: str, ask):
+        """ask()'s answer, asked once per run: a property of the kernel, such as whether it has tcx."""
+        if name not in self.probes:
+            self.probes[name] = ask()
+            self.counts["probe:" + name] += 1
+        return self.probes[name]
+
+    def close(self) -> None:
+        for ipr in self.sockets.values():
+            ipr.close()
+        self.sockets = {}
+        self.dumps = {}
+
+
+_ACTIVE: list[Session] = []
+
+
+def active() -> Session | None:
+    return _ACTIVE[-1] if _ACTIVE else None
+
+
+@contextlib.contextmanager
+def host():
+    """The run's session; inside one already, that one (a datapath task's items share it)."""
+    if _ACTIVE:
+        yield _ACTIVE[-1]
+        return
+    session = Session()
+    _ACTIVE.append(session)
+    try:
+        yield session
+    finally:
+        _ACTIVE.pop()
+        session.close()
+
+
+@contextlib.contextmanager
+def socket():
+    """An rtnetlink socket for the current namespace: the session's, or a new one closed afterwards."""
+    session = active()
+    if session:
+        yield session.socket()
+        return
+    ipr = open_socket()
+    try:
+        yield ipr
+    finally:
+        ipr.close()
+
+
+def dump(key: tuple, read):
+    """read() through the session's cache of dumps, or read() afresh outside a session."""
+    session = active()
+    return session.dump(key, read) if session else read()
+
+
+def wrote(kind: str | None = None) -> None:
+    session = active()
+    if session:
+        session.wrote(kind)
+
+
+def probe(name: str, ask):
+    session = active()
+    return session.probe(name, ask) if session else ask()

@@ -31,6 +31,7 @@ import dataclasses
 import errno
 import fcntl
 import ipaddress
+import json
 import os
 import socket
 import struct
@@ -417,8 +418,10 @@ def pin_program(journal: Journal, pins: _pins.PinDir, prog: _bpf.Program | None,
     journal.did(lambda: pins.replace_pin(old, pins.prog_path) if old is not None else os.unlink(pins.prog_path))
 
 
-def write_record(journal: Journal, pins: _pins.PinDir, record: dict) -> None:
-    old = pins.record.read()
+def write_record(journal: Journal, pins: _pins.PinDir, record: dict, old: dict | None) -> None:
+    """Write the group's record (old: as the run read it, under the set's lock); an unchanged one is left."""
+    if old is not None and json.dumps(old, sort_keys=True).encode("utf-8") == _pins.Record.encode(record):
+        return
     pins.record.write(record)
     journal.did(lambda: pins.record.write(old) if old is not None else pins.record.remove())
 
@@ -636,7 +639,7 @@ class GroupManager:
                     prog = loaded.program
                 elif egress:
                     prog = journal.hold(_bpf.Program.from_id(egress["prog_id"]))
-                record = self._encode_record(group_id, name, egress)
+                new_record = self._encode_record(group_id, name, egress)
 
                 def work():
                     self._write(mset, journal, group_id, exists, members, want_members, addresses,
@@ -644,7 +647,7 @@ class GroupManager:
                     # Inside the journal: a failed pin or record write puts the maps back, so they never
                     # hold a group whose record says otherwise (or that has none).
                     pin_program(journal, pins, prog if load_egress else None, drop=egress is None)
-                    write_record(journal, pins, record)
+                    write_record(journal, pins, new_record, record)
 
                 journal.run(work)
         except Exception:
@@ -725,13 +728,14 @@ class GroupManager:
             for ifindex in sorted(want_members & set(members)):
                 if members[ifindex] != prog_id:
                     put(journal, inner, u32(ifindex), member_value(ifindex, prog_fd), _bpf.BPF_EXIST)
-            put(journal, mset["mcast_config"], key, config_value(flags, len(want_members | set(members))))
+            gone = set(members) - want_members
+            # While members that go are still in the devmap, the count covers them too (written again below).
+            put(journal, mset["mcast_config"], key, config_value(flags, len(want_members | gone)))
         for address in sorted(want_addresses - addresses, key=address_order):
             put(journal, mset["mcast_addrs"], address_key(address), key, _bpf.BPF_NOEXIST)
         for address in sorted(addresses - want_addresses, key=address_order):
             delete(journal, mset["mcast_addrs"], address_key(address))
-        if exists:
-            gone = set(members) - want_members
+        if exists and gone:
             for ifindex in sorted(gone):
                 delete(journal, inner, u32(ifindex))
             put(journal, mset["mcast_config"], key, config_value(flags, len(want_members)))

@@ -8,6 +8,7 @@ XDP_PASS, which counts what arrives there (and lets native redirects into
 the veth in). Groups are declared with the module, the way a playbook does.
 """
 
+import collections
 import contextlib
 import fcntl
 import json
@@ -561,16 +562,17 @@ def test_bad_input_is_a_clear_error_and_changes_nothing(run_distro, mcast_obj, d
 
 
 def test_a_failure_after_the_map_writes_puts_them_back(mcast_obj, drop_obj, run_distro, pin_root, monkeypatch):
-    """The record is written last, inside the journal: when it fails (here: injected in-process), the maps,
-    the egress program's pin and the group directory are as before, and a new group can still be created."""
+    """The record's write is the last step, inside the journal: when it fails (here: injected in-process),
+    the maps, the egress program's pin and the group directory are as before, and a new group can still be
+    created."""
     with switch(3, mcast_obj, drop_obj, run_distro, pin_root) as sw:
         sw.ok(name="video", members=["p0", "p2"], addresses=[V4])
         before = sw.maps_state()
 
-        def refuse(_record, _data):
+        def refuse(*_args):
             raise OSError(28, "injected: no space left for the record")
 
-        monkeypatch.setattr(_pins.Record, "write", refuse)
+        monkeypatch.setattr(_devmap, "write_record", refuse)
         task = dict(netns=sw.ports.sw, pin_root=pin_root, shared_maps=SET, state="present")
         egress = {"object": mcast_obj, "program": "xdp_egress_mac"}
         for args in (dict(name="audio", members=["p1"], addresses=["239.2.2.2"]),
@@ -582,6 +584,40 @@ def test_a_failure_after_the_map_writes_puts_them_back(mcast_obj, drop_obj, run_
             assert sw.maps_state() == before, args
         monkeypatch.undo()
         assert sw.ok(name="audio", members=["p1"], addresses=["239.2.2.2"])["id"] == 2
+
+
+def test_a_member_add_opens_each_pinned_map_once_and_writes_the_config_once(
+        mcast_obj, drop_obj, run_distro, pin_root, monkeypatch):
+    """Round trips of a group change, counted on the real kernel (the module's code, in this process): adding
+    a member opens each pinned map of the set once, reads the group's record once and leaves it (it does not
+    change), and writes the member into the group's devmap and the group's config, once each; removing one
+    writes the config twice (its count covers the member until the member is out of the devmap)."""
+    with switch(3, mcast_obj, drop_obj, run_distro, pin_root) as sw:
+        sw.ok(name="video", members=["p0"], addresses=[V4])
+        opened, written = collections.Counter(), collections.Counter()
+        from_pin, put = _bpf.Map.from_pin.__func__, _devmap.put
+
+        def counting_open(cls, path):
+            opened[os.path.relpath(path, sw.set_dir)] += 1
+            return from_pin(cls, path)
+
+        def counting_put(journal, target, key, value, flags=_bpf.BPF_ANY):
+            written[target.info["name"]] += 1
+            return put(journal, target, key, value, flags)
+
+        monkeypatch.setattr(_bpf.Map, "from_pin", classmethod(counting_open))
+        monkeypatch.setattr(_devmap, "put", counting_put)
+        task = dict(netns=sw.ports.sw, pin_root=pin_root, shared_maps=SET, state="present", name="video")
+        added, _warnings = _devmap.converge(dict(task, members=["p1"]), False)
+        assert added["changed"] and [m["name"] for m in added["members"]] == ["p0", "p1"], added
+        assert dict(opened) == dict({m: 1 for m in _devmap.MAPS}, **{"groups/1/owner": 1}), opened
+        assert dict(written) == {"mcast_g1": 1, "mcast_config": 1}, written  # the member, the count
+        written.clear()
+        removed, _warnings = _devmap.converge(dict(task, members=["p1"], exclusive=True), False)
+        assert [m["name"] for m in removed["members"]] == ["p1"], removed
+        assert written["mcast_config"] == 2, written
+        monkeypatch.undo()
+        assert not sw.ok(name="video", members=["p1"], exclusive=True)["changed"]
 
 
 def test_a_group_written_by_hand_is_not_taken_over(run_distro, mcast_obj, drop_obj, pin_root):

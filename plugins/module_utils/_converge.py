@@ -7,9 +7,15 @@
 
 Private to the ebpf.xdp collection: the interface may change without notice.
 
-A hook adapter (XdpHook in _xdp.py; tc next) derives from HookAdapter and
-gives the converger:
+The hook contract. A hook adapter (XdpHook in _xdp.py, TcHook in _tc.py)
+derives from HookAdapter, whose abstract methods are the contract, and is
+registered under its kind (@register; ADAPTERS, read by ebpf.xdp.datapath
+for its config sections, _pins.HOOK_DIRS for its pin directories). It gives
+the converger:
 
+    kind                            its kind of hook: "xdp", "tc" (a key of _pins.HOOK_DIRS)
+    from_params(params, ifindex, netns_key)
+                                    the adapter for a task's (or a datapath entry's) options
     name, label, prog_type, pins    pin directory component, name in messages,
                                     program type it runs, its _pins.PinDir
     ifname, ifindex                 the interface it sits on
@@ -27,11 +33,14 @@ gives the converger:
 HookAdapter supplies what is the same for every hook: swapping a program
 held by a bpf_link (bpf_link_update) and holding the old program during a
 switch. The decisions are pure functions (plan_*), so they and the
-converger can be tested against a fake adapter without a kernel.
+converger can be tested against a fake adapter without a kernel; the
+contract itself is tested against every adapter (unit: their shape and the
+fake's; integration: each registered adapter on the real kernel).
 """
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import dataclasses
 import os
@@ -184,15 +193,60 @@ def plan_swap(observed: Observed, in_place: bool, same_program: bool) -> str:
 # ---------------------------------------------------------------- the converger
 
 
-class HookAdapter:
+class HookAdapter(abc.ABC):
     """What every hook shares; adapters add the hook-specific part listed in the module docstring."""
 
+    kind: str
+    name: str
+    label: str
+    prog_type: str
     # What the placement is called (XDP: a mode, tc: a method), and the result keys beyond
     # id, name, tag, attach and link_id (see _hooks.report).
     placement_key = "mode"
     report_keys: tuple[str, ...] = ("mode",)
     # The program type to load the program as, when not its own (a classifier as a tc action).
     load_as: str | None = None
+
+    @classmethod
+    @abc.abstractmethod
+    def from_params(cls, params: dict, ifindex: int, netns_key: str) -> HookAdapter:
+        """The adapter for a task's options, on the interface with ifindex in the namespace netns_key."""
+
+    @abc.abstractmethod
+    def observe(self) -> Observed:
+        """What the hook holds now, with our record when it describes it."""
+
+    @abc.abstractmethod
+    def refuse(self, observed: Observed) -> None:
+        """Raise HookError for a state the collection does not manage."""
+
+    @abc.abstractmethod
+    def identity(self) -> dict:
+        """The hook's part of "same program" (requested mode, method, direction, ...), kept in the record."""
+
+    @abc.abstractmethod
+    def in_place(self, observed: Observed) -> bool:
+        """Whether a new program can take the observed one's place directly."""
+
+    @abc.abstractmethod
+    def planned_mode(self, observed: Observed) -> str:
+        """The placement a new program would get (check mode's prediction)."""
+
+    @abc.abstractmethod
+    def attach(self, prog: _bpf.Program) -> Placement:
+        """Put a program on the empty hook, a pinned link where the hook has links."""
+
+    @abc.abstractmethod
+    def replace(self, observed: Observed, prog: _bpf.Program) -> Placement:
+        """Swap a program that no link holds for prog, atomically."""
+
+    @abc.abstractmethod
+    def detach(self, observed: Observed) -> None:
+        """Take the observed program off, however it is held."""
+
+    @abc.abstractmethod
+    def restore(self, observed: Observed, old: _bpf.Program) -> None:
+        """Put a program that a failed switch detached back, as it was held."""
 
     def settled(self, observed: Observed) -> bool:
         """The program sits where and how the task wants it: a same program needs no swap."""
@@ -232,6 +286,18 @@ class HookAdapter:
     def hold(prog_id: int) -> _bpf.Program:
         """Keep a program alive (and at hand to restore) while it is off its hook."""
         return _bpf.Program.from_id(prog_id)
+
+
+# kind -> adapter class, filled by @register as the adapters' modules are imported.
+ADAPTERS: dict[str, type[HookAdapter]] = {}
+
+
+def register(cls: type[HookAdapter]) -> type[HookAdapter]:
+    """Make an adapter the one for its kind of hook; the kind must have its pin directories (_pins.HOOK_DIRS)."""
+    if cls.kind not in _pins.HOOK_DIRS:
+        raise ValueError("hook kind %r has no attachment directories in _pins.HOOK_DIRS" % cls.kind)
+    ADAPTERS[cls.kind] = cls
+    return cls
 
 
 class Converger:

@@ -40,8 +40,9 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible_collections.ebpf.xdp.plugins.module_utils import (
     _bcc, _common, _compile, _converge, _devmap, _map_entry, _netns, _pins, _revisions, _session)
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
+# Importing the adapters registers them with the converger (_converge.ADAPTERS).
+from ansible_collections.ebpf.xdp.plugins.module_utils import _xdp  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.ebpf.xdp.plugins.module_utils._tc import TcHook
-from ansible_collections.ebpf.xdp.plugins.module_utils._xdp import XdpHook
 
 STATES = ("merged", "replaced", "overridden", "deleted", "gathered")
 PROGRAM_RULES = _revisions.module_rules(_bcc.MODULE_RULES)
@@ -53,7 +54,8 @@ SECTIONS = {
     "devmap_groups": ("devmap_group", _common.DEVMAP_GROUP_ARGS, _common.DEVMAP_GROUP_RULES),
     "map_entries": ("bpf_map_entry", _map_entry.ENTRY_ARGS, {}),
 }
-HOOKS = {"xdp": XdpHook.from_params, "tc": TcHook.from_params}
+# The hooks' sections: each kind of hook registered with the converger (XdpHook, TcHook), by its adapter.
+HOOKS = {kind: _converge.ADAPTERS[kind].from_params for kind in ("xdp", "tc")}
 # The module's options (documented in plugins/modules/datapath.py). The entries are checked by validate(), each
 # against its own module's spec: Ansible's suboptions would need a second copy of every one of them.
 ARGS = dict(
@@ -62,8 +64,6 @@ ARGS = dict(
     namespaces=dict(type="list", elements="str", default=[]),
     **_common.PIN_ROOT_ARGS,
 )
-# The pin directories of an interface that hold one attachment each (see _pins' layout).
-ATTACHMENT_DIRS = ("xdp", "tc_ingress", "tc_egress")
 # Set once for the whole task, never per entry.
 TASK_WIDE = ("pin_root",)
 
@@ -194,12 +194,12 @@ def gather(pin_root: str, namespaces: list[str | None]) -> dict[str, list[dict]]
                 if ifname == _pins.SHARED_MAPS:
                     continue
                 for hook in sorted(os.listdir(os.path.join(top, ifname))):
-                    if hook not in ATTACHMENT_DIRS:
+                    kind = _pins.hook_kind(hook)
+                    if kind is None:
                         continue  # the clsact record, or another kind of pin directory of the collection
                     record = _pins.Record(os.path.join(top, ifname, hook, "owner")).read()
                     if record:
-                        section, entry = _entry_of(record, netns, ifname, hook)
-                        out[section].append(entry)
+                        out[kind].append(_entry_of(record, netns, ifname, kind, hook))
             for name, set_dir in _devmap.map_sets(pin_root, key).items():
                 groups, records = _devmap.read_set(set_dir, name)
                 for group in groups:
@@ -208,20 +208,21 @@ def gather(pin_root: str, namespaces: list[str | None]) -> dict[str, list[dict]]
     return out
 
 
-def _entry_of(record: dict, netns: str | None, ifname: str, hook: str) -> tuple[str, dict]:
-    """An attachment's record as the config entry that would leave it as it is."""
+def _entry_of(record: dict, netns: str | None, ifname: str, kind: str, hook: str) -> dict:
+    """An attachment's record (in the directory hook, of a kind of hook) as the config entry that would leave
+    it as it is."""
     entry = {"interface": ifname, "netns": netns, "object": record.get("object"),
              "program": record.get("program"), "constants": record.get("constants") or {}}
     if record.get("shared_maps"):
         entry["shared_maps"] = record["shared_maps"]
-    if hook == "xdp":
-        return "xdp", dict(entry, mode=record.get("requested_mode") or "auto")
-    entry.update(direction=record.get("direction") or hook[len("tc_"):],
+    if kind == "xdp":
+        return dict(entry, mode=record.get("requested_mode") or "auto")
+    entry.update(direction=record.get("direction") or hook[len(kind) + 1:],
                  method=record.get("requested_method") or "auto")
     for name in ("priority", "handle", "verdict"):
         if record.get("requested_" + name) is not None:
             entry[name] = record["requested_" + name]
-    return "tc", entry
+    return entry
 
 
 def _group_entry(group: dict, netns: str | None, set_name: str, record: dict) -> dict:

@@ -79,7 +79,7 @@ def tc_entries(pin_root: str, key: str, ifname: str, ifindex: int, hook_qdiscs: 
     """Per direction, every program on the interface's tc hook, in run order, ours or not."""
     out = {}
     for direction in _tc_hooks.TC_DIRECTIONS:
-        record = _pins.PinDir.for_hook(pin_root, key, ifname, "tc_" + direction).record.read()
+        record = _pins.PinDir.for_hook(pin_root, key, ifname, _pins.hook_dir("tc", direction)).record.read()
         out[direction] = []
         for entry in _tc_hooks.tc_programs(ifindex, direction, hook_qdiscs):
             owned = record if _tc_hooks.tc_owned(entry, record) else None

@@ -11,7 +11,7 @@ The layout, spelled out here and nowhere else. Under the pin root (default
 /sys/fs/bpf/ebpf_xdp), one directory per network namespace, because several
 lab hosts share one bpffs:
 
-    <pin_root>/<netns>/<ifname>/<hook>/     one attachment (hook: xdp, tc_ingress, tc_egress)
+    <pin_root>/<netns>/<ifname>/<hook>/     one attachment (hook: xdp, tc_ingress, tc_egress: HOOK_DIRS)
         prog                                the attached program
         link                                its bpf_link, when a link holds it
         owner                               the ownership record
@@ -79,6 +79,22 @@ def check_bpffs(pin_root: str) -> None:
         raise PinError(
             "%s is not on a BPF filesystem (bpffs); mount it with "
             "'mount -t bpf bpf /sys/fs/bpf' or apply the ebpf.xdp.toolchain role" % pin_root)
+
+
+# Each kind of hook (the converger's adapters register under these names) -> the directories of an
+# interface that hold one attachment of it each.
+HOOK_DIRS = {"xdp": ("xdp",), "tc": ("tc_ingress", "tc_egress")}
+ATTACHMENT_DIRS = tuple(name for names in HOOK_DIRS.values() for name in names)
+
+
+def hook_dir(kind: str, direction: str | None = None) -> str:
+    """The attachment directory of a kind of hook (tc: and a direction)."""
+    return "%s_%s" % (kind, direction) if direction else kind
+
+
+def hook_kind(directory: str) -> str | None:
+    """The kind of hook an attachment directory is of; None for any other directory."""
+    return next((kind for kind, names in HOOK_DIRS.items() if directory in names), None)
 
 
 def attachment_dir(pin_root: str, netns_key: str, ifname: str, hook: str) -> str:

@@ -28,7 +28,7 @@ import os
 import platform
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _pins, _tc_hooks, _tc_netlink
-from ansible_collections.ebpf.xdp.plugins.module_utils._converge import HookAdapter
+from ansible_collections.ebpf.xdp.plugins.module_utils._converge import HookAdapter, register
 from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import (
     HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed, Placement)
 
@@ -36,9 +36,11 @@ FILTER_KINDS = {"cls_bpf": "bpf", "act_bpf": "u32"}
 CLSACT_RECORD = "clsact"
 
 
+@register
 class TcHook(HookAdapter):
     """One direction of the tc hook of one interface, held by the method the task asks for."""
 
+    kind = "tc"
     label = "tc"
     prog_type = "sched_cls"
     placement_key = "method"
@@ -52,7 +54,7 @@ class TcHook(HookAdapter):
         self.pins = pins
         self.clsact = clsact
         self.direction = direction
-        self.name = "tc_" + direction
+        self.name = _pins.hook_dir(self.kind, direction)
         self.requested = method
         self.method = method  # auto is resolved by observe()
         self.priority = priority
@@ -75,7 +77,8 @@ class TcHook(HookAdapter):
     @classmethod
     def from_params(cls, params: dict, ifindex: int, netns_key: str) -> TcHook:
         ifname = params["interface"]
-        pins = _pins.PinDir.for_hook(params["pin_root"], netns_key, ifname, "tc_" + params["direction"])
+        hook = _pins.hook_dir(cls.kind, params["direction"])
+        pins = _pins.PinDir.for_hook(params["pin_root"], netns_key, ifname, hook)
         clsact = _pins.Record(os.path.join(os.path.dirname(pins.directory), CLSACT_RECORD))
         return cls(ifname, ifindex, pins, clsact, params["direction"], params["method"], params["priority"],
                    params["handle"], params["verdict"], present=params["state"] == "present",

@@ -19,17 +19,19 @@ from __future__ import annotations
 import errno
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _hooks, _pins
-from ansible_collections.ebpf.xdp.plugins.module_utils._converge import HookAdapter
+from ansible_collections.ebpf.xdp.plugins.module_utils._converge import HookAdapter, register
 from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import (
     HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed, Placement)
 
 MODE_FLAGS = {"native": _bpf.XDP_FLAGS_DRV_MODE, "generic": _bpf.XDP_FLAGS_SKB_MODE}
 
 
+@register
 class XdpHook(HookAdapter):
     """The XDP hook of one interface, in the mode the task asks for (native, generic or auto)."""
 
-    name = "xdp"
+    kind = "xdp"
+    name = _pins.hook_dir(kind)
     label = "XDP"
     prog_type = "xdp"
 

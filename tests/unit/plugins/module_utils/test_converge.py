@@ -145,6 +145,7 @@ class FakeLoaded:
 class FakeHook(_converge.HookAdapter):
     """In-place swaps only within the requested mode, like XDP; records every action."""
 
+    kind = "xdp"
     name = "xdp"
     label = "XDP"
     prog_type = "xdp"
@@ -157,6 +158,10 @@ class FakeHook(_converge.HookAdapter):
         self.pins = FakePins(record)
         self.fail_attach = fail_attach
         self.calls = []
+
+    @classmethod
+    def from_params(cls, params, ifindex, netns_key):
+        return cls(Observed(), mode=params.get("mode", "auto"))
 
     def observe(self):
         return self.observed

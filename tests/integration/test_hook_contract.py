@@ -1,0 +1,89 @@
+"""The hook contract (_converge.HookAdapter) run against every registered adapter on the real kernel, in this
+process, without the converger: what each adapter promises the converger, the same way for every hook.
+
+On a fresh veth: the empty hook is observed empty; attach() places a program that observe() then finds,
+ours, with the placement attach() reported, once it is recorded as the converger records it; a second
+program takes its place with update_link() (a link keeps its id) or replace() (held by netlink); detach()
+leaves the hook empty, restore() puts the detached program back as it was held, and cleanup() leaves nothing
+of the hook's own behind (tc: the clsact the adapter added). Each kind with each of its ways of holding a
+program that the kernel has (kernel_features).
+"""
+
+import os
+
+import pytest
+
+from conftest import sh
+
+from ansible_collections.ebpf.xdp.plugins.module_utils import _converge, _datapath, _loader, _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import HELD_BY_LINK
+
+CASES = [
+    pytest.param("xdp", {"mode": "native"}, id="xdp-native"),
+    pytest.param("xdp", {"mode": "generic"}, id="xdp-generic"),
+    pytest.param("tc", {"method": "tcx"}, id="tc-tcx", marks=pytest.mark.kernel("tcx")),
+    pytest.param("tc", {"method": "cls_bpf"}, id="tc-cls_bpf"),
+    pytest.param("tc", {"method": "act_bpf"}, id="tc-act_bpf", marks=pytest.mark.kernel("act_bpf")),
+]
+PROGRAMS = {"xdp": ("drop_obj", "xdp_drop_count", {"xdp_action": 2}),
+            "tc": ("tc_obj", "tc_drop_count", {"tc_action": 0})}
+
+
+def test_every_registered_adapter_is_in_the_contract_run():
+    assert sorted(_converge.ADAPTERS) == sorted(PROGRAMS)
+
+
+@pytest.mark.parametrize("kind,options", CASES)
+def test_an_adapter_keeps_the_hook_contract_on_the_kernel(request, pair, pin_root, kind, options):
+    fixture, program, constants = PROGRAMS[kind]
+    obj = request.getfixturevalue(fixture)
+    [params] = _datapath.validate({kind: [dict(options, interface="eth0", netns=pair.rx, object=obj,
+                                               program=program)]}, pin_root)[kind]
+    with _netns.netns(pair.rx):
+        hook = _converge.ADAPTERS[kind].from_params(params, _netns.ifindex("eth0"), _netns.netns_key(pair.rx))
+        os.makedirs(hook.pins.directory)
+
+        def load(value):
+            return _loader.load(obj, program, hook.prog_type, {list(constants)[0]: value}, load_as=hook.load_as)
+
+        def placed(loaded, placement):
+            """What the converger does after a placement: record it (observe() reads ownership from it)."""
+            hook.pins.record.write(dict(hook.identity(), prog_id=loaded.info["id"], program_name=loaded.name,
+                                        **placement.as_record()))
+            found = hook.observe()
+            assert (found.prog_id, found.mode, found.holder, found.owned) == (
+                loaded.info["id"], placement.mode, placement.holder, True), (found, placement)
+            return found
+
+        empty = hook.observe()
+        assert not empty.attached and empty.placement_key == hook.placement_key, empty
+        hook.refuse(empty)  # nothing there to refuse
+        planned = hook.planned_mode(empty)
+
+        with load(constants[list(constants)[0]]) as first, load(1) as second:
+            placement = hook.attach(first.program)
+            assert placement.mode == planned, (placement, planned)
+            there = placed(first, placement)
+            assert hook.in_place(there) and hook.settled(there), there
+
+            # The second program takes the first one's place in one step: a link keeps its id.
+            if there.holder == HELD_BY_LINK:
+                swapped = hook.update_link(there, second.program)
+                assert swapped.link_id == there.link_id, (swapped, there)
+            else:
+                swapped = hook.replace(there, second.program)
+            now = placed(second, swapped)
+            assert (now.mode, now.holder) == (there.mode, there.holder), (now, there)
+
+            hook.detach(now)
+            assert not hook.observe().attached
+            hook.restore(now, second.program)
+            back = hook.observe()
+            assert (back.prog_id, back.mode, back.holder) == (second.info["id"], now.mode, now.holder), back
+
+            hook.detach(back)
+            hook.cleanup()
+            assert not hook.observe().attached
+    # Nothing of the adapter's own is left on the interface (no program, no qdisc it added).
+    assert "prog/xdp" not in sh("ip", "-n", pair.rx, "-d", "link", "show", "eth0").stdout
+    assert "clsact" not in sh("tc", "-n", pair.rx, "qdisc", "show", "dev", "eth0").stdout

@@ -48,11 +48,12 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "kernel(feature): the test needs a kernel feature of kernel_features.PROBES; "
                             "where it is absent, the feature's refusal is asserted instead")
-    config.addinivalue_line("markers", "quiet: the test measures rates or timing; make test runs it with nothing "
-                            "else beside it (make integration-quiet)")
+    config.addinivalue_line("markers", "quiet: the test measures rates or timing, or compares snapshots of the "
+                            "whole host (kernel modules included); make test runs it with nothing else beside it "
+                            "(make integration-quiet)")
     config.addinivalue_line("markers", "kernel_either(feature): the test asserts what the kernel does with and "
                             "without a feature of kernel_features.PROBES itself (it reads the table)")
-    config.ebpf_xdp_refusals = []
+    config.addinivalue_line("markers", "xdist_group(name): pytest-xdist runs a group's tests on one worker")
 
 
 def pytest_sessionstart(session):
@@ -72,16 +73,28 @@ def pytest_pyfunc_call(pyfuncitem):
         if not kernel_features.features()[feature]:
             tmp_path = pyfuncitem.config._tmp_path_factory.mktemp("refusal")  # pylint: disable=protected-access
             said = kernel_features.refuse_instead(feature, tmp_path)
-            pyfuncitem.config.ebpf_xdp_refusals.append((pyfuncitem.nodeid, feature, said))
+            # On its report, so that the run's summary lists it also when a worker ran it (pytest-xdist).
+            pyfuncitem.user_properties.append(("kernel_refusal", (feature, said)))
             return True
     return None
 
 
-def pytest_terminal_summary(terminalreporter, config):
-    refusals = getattr(config, "ebpf_xdp_refusals", [])
-    if refusals:
-        terminalreporter.section("kernel features absent: refusals asserted instead (%d tests)" % len(refusals))
-        for nodeid, feature, said in refusals:
+# (nodeid, feature, what was asserted) of each test run as its feature's refusal, for the run's summary.
+REFUSALS = []
+
+
+def pytest_runtest_logreport(report):
+    """Reports reach this process from its own tests and, under pytest-xdist, from the workers'."""
+    for name, value in getattr(report, "user_properties", ()):
+        if name == "kernel_refusal" and report.when == "call":
+            feature, said = value
+            REFUSALS.append((report.nodeid, feature, said))
+
+
+def pytest_terminal_summary(terminalreporter, config):  # pylint: disable=unused-argument
+    if REFUSALS:
+        terminalreporter.section("kernel features absent: refusals asserted instead (%d tests)" % len(REFUSALS))
+        for nodeid, feature, said in REFUSALS:
             terminalreporter.write_line("%s  [no %s] %s" % (nodeid, feature, said))
 
 
@@ -89,6 +102,10 @@ def pytest_terminal_summary(terminalreporter, config):
 def features():
     """The kernel feature table (kernel_features.PROBES), probed once."""
     return kernel_features.features()
+
+
+# Files whose tests use the same host state: the lab's fixed namespaces (inventories/lab).
+SHARED_GROUPS = {"test_lab.py": "the lab", "test_playbooks.py": "the lab"}
 
 
 def pytest_collection_modifyitems(session, config, items):  # pylint: disable=unused-argument
@@ -103,6 +120,12 @@ def pytest_collection_modifyitems(session, config, items):  # pylint: disable=un
             return False
         return {"with": True, "without": not on_vm, "only": on_vm}[config.getoption("vm")]
 
+    for item in items:
+        # make integration-shared runs the tests on two workers (pytest-xdist, --dist loadgroup): a file is one
+        # group, so its fixtures are set up once, and files that share host state are one group.
+        if not any(item.iter_markers("xdist_group")):
+            name = os.path.basename(str(item.fspath))
+            item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(name, name)))
     dropped = [item for item in items if not keep(item)]
     if dropped:
         config.hook.pytest_deselected(items=dropped)

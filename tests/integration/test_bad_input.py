@@ -23,6 +23,9 @@ import kernel_features
 import pin_snapshot
 from conftest import BPF_DIR, PIN_ROOT_BASE, VENV_PYTHON, ModuleRunner, Pair, compile_bpf
 
+# The snapshots see the whole host (kernel modules too): nothing else may run beside this file.
+pytestmark = pytest.mark.quiet
+
 INCLUDE = os.path.join(BPF_DIR, "include")
 SET = "badinput"
 WRONG = "sha256:" + "0" * 64

@@ -177,6 +177,7 @@ def test_a_failing_entry_puts_back_what_the_run_changed(run_distro, switch, mcas
     assert again["changed"] is False, again
 
 
+@pytest.mark.quiet  # snapshots of the whole host
 def test_a_fault_after_each_change_leaves_the_host_as_it_was(switch, mcast_obj, tc_obj, pin_root, tmp_path):  # noqa
     """A run of five changes (two new XDP programs, a new tc filter, a group's members, a new group) made to
     fail right after its first, second, ... fifth change: each time the host is as before the run, by the

@@ -27,6 +27,7 @@ def objects(run_distro, tmp_path):
     return found
 
 
+@pytest.mark.quiet  # a snapshot of the whole host
 def test_the_digest_bpf_object_returns_attaches_and_another_object_is_refused(run_distro, pair, objects, pin_root):
     drop, tc = objects["xdp_drop_count"], objects["tc_redirect"]
     args = dict(interface="eth0", netns=pair.rx, object=drop["path"], checksum=drop["checksum"], mode="native")

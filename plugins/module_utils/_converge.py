@@ -24,8 +24,8 @@ the converger:
     identity() -> dict              the hook's part of "same program" (requested mode, ...)
     in_place(observed) -> bool      can a new program take the old one's place directly
                                     (settled(): and nothing else about it changes; defaults to in_place)
-    planned_mode(observed) -> str   the mode a new program would get
-    attach(prog) -> Placement       put a program on the empty hook (a pinned link where possible)
+    planned_placement(observed)     the placement (XDP: mode, tc: method) a new program would get
+    attach(prog) -> Attachment      put a program on the empty hook (a pinned link where possible)
     replace(observed, prog)         swap a program that no link holds, atomically
     detach(observed)                take the observed program off, however it is held
     restore(observed, old_prog)     put a detached program back as it was held
@@ -53,7 +53,7 @@ from ansible_collections.ebpf.xdp.plugins.module_utils import (
     _bcc, _bpf, _common, _hooks, _loader, _netns, _pins, _revisions, _session)
 from ansible_collections.ebpf.xdp.plugins.module_utils._compile import sha256_file
 from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import (
-    HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed, Placement)
+    Attachment, HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed)
 
 # What to do; see plan_absent, plan_present and plan_swap.
 NOTHING = "nothing"
@@ -229,15 +229,15 @@ class HookAdapter(abc.ABC):
         """Whether a new program can take the observed one's place directly."""
 
     @abc.abstractmethod
-    def planned_mode(self, observed: Observed) -> str:
+    def planned_placement(self, observed: Observed) -> str:
         """The placement a new program would get (check mode's prediction)."""
 
     @abc.abstractmethod
-    def attach(self, prog: _bpf.Program) -> Placement:
+    def attach(self, prog: _bpf.Program) -> Attachment:
         """Put a program on the empty hook, a pinned link where the hook has links."""
 
     @abc.abstractmethod
-    def replace(self, observed: Observed, prog: _bpf.Program) -> Placement:
+    def replace(self, observed: Observed, prog: _bpf.Program) -> Attachment:
         """Swap a program that no link holds for prog, atomically."""
 
     @abc.abstractmethod
@@ -262,11 +262,11 @@ class HookAdapter(abc.ABC):
     def predict_refusal(self) -> None:
         """Check mode: raise what the kernel would refuse at attach time that no read of the hook shows."""
 
-    def update_link(self, observed: Observed, prog: _bpf.Program) -> Placement:
+    def update_link(self, observed: Observed, prog: _bpf.Program) -> Attachment:
         """Swap the program of the link that holds it, atomically; the link (and its id) stays."""
         with _bpf.Link.from_id(observed.link_id) as link:
             link.update(prog)
-        return Placement(HELD_BY_LINK, observed.mode, observed.link_id, dict(observed.extra))
+        return Attachment(HELD_BY_LINK, observed.placement, observed.link_id, dict(observed.extra))
 
     def pin_link(self, link: _bpf.Link) -> int:
         """Keep a new link (it outlives the module through its pin) and return its id."""
@@ -372,7 +372,7 @@ class Converger:
         record = self.pins.record.read() or {}
         self.warnings.append("%s %s program id %d is ours but its record was not written (an interrupted run); "
                              "taken back" % (self.hook.ifname, self.hook.label, observed.prog_id))
-        record = dict(record, prog_id=observed.prog_id, attach=observed.holder, mode=observed.mode, tag=None,
+        record = dict(record, prog_id=observed.prog_id, attach=observed.holder, mode=observed.placement, tag=None,
                       **observed.extra)
         return dataclasses.replace(observed, record=record)
 
@@ -443,7 +443,7 @@ class Converger:
         if self.check_mode and not os.path.isfile(path):
             # An earlier task of the same run (a compile, a copy) would have created it.
             self.warnings.append("object %s does not exist yet; it would be attached once it does" % path)
-            return True, {"attached": True, "object": path, self.hook.placement_key: self.hook.planned_mode(observed)}
+            return True, {"attached": True, "object": path, self.hook.placement_key: self.hook.planned_placement(observed)}
         self.desired.require_file()
         digest = sha256_file(path)
         # Before the kernel sees anything of it, in check mode too, and even when the program attached now
@@ -459,7 +459,7 @@ class Converger:
                 "%s already has %s program %r (id %d, tag %s, %s %s) that ebpf.xdp did not attach; "
                 "it is left in place. Set force: true to replace it"
                 % (self.hook.ifname, self.hook.label, observed.name, observed.prog_id, observed.tag,
-                   self.hook.placement_key, observed.mode))
+                   self.hook.placement_key, observed.placement))
         if self.check_mode:
             return self._preview(observed, identity, before)
         return self._apply(observed, identity, before)
@@ -493,10 +493,10 @@ class Converger:
                 return False, before
             self.hook.predict_refusal()
             return True, {"attached": True, "name": loaded.info["name"], "tag": loaded.info["tag"],
-                          self.hook.placement_key: self.hook.planned_mode(observed), "owner": _hooks.OWNER,
+                          self.hook.placement_key: self.hook.planned_placement(observed), "owner": _hooks.OWNER,
                           "object_sha256": identity["object_sha256"], "constants": identity["constants"],
                           **_revisions.preview(self.pins.record.read(), identity, self.desired.rollback, loaded.name,
-                                               self.hook.planned_mode(observed), self.hook.placement_key)}
+                                               self.hook.planned_placement(observed), self.hook.placement_key)}
 
     def _apply(self, observed: Observed, identity: dict, before: dict) -> tuple[bool, dict]:
         shared = self.desired.shared_maps
@@ -523,7 +523,7 @@ class Converger:
                 record.update(_revisions.advance(old, identity, self.desired.rollback))
                 _pins.Record.encode(dict(record, **WIDEST_PLACEMENT))  # fail before the swap if it cannot fit
                 self._objects().keep(self.desired.path, record)  # a rollback must find it by its digest
-                placement = self._swap(action, observed, loaded.program)
+                attachment = self._swap(action, observed, loaded.program)
                 fault_point("after_attach")
                 self.pins.replace_pin(loaded.program, self.pins.prog_path)
                 loaded.pin_maps()  # bcc's tables, once their program is on the hook (libbpf pinned at load)
@@ -533,18 +533,18 @@ class Converger:
                 shutil.rmtree(self.maps_dir(shared))  # a new set: only this run's maps are in it
             self.pins.undo(created)
             raise
-        record.update(placement.as_record())
+        record.update(attachment.as_record())
         fault_point("before_record")
         self.pins.record.write(record)
         self._objects().release(old, record)
         if observed.owned:
             self.release_maps(observed.record, shared)
         after = Observed(prog_id=record["prog_id"], name=loaded.info["name"], tag=record["tag"],
-                         mode=placement.mode, holder=placement.holder, link_id=placement.link_id, record=record,
-                         extra=placement.extra, placement_key=self.hook.placement_key)
+                         placement=attachment.placement, holder=attachment.holder, link_id=attachment.link_id,
+                         record=record, extra=attachment.extra, placement_key=self.hook.placement_key)
         return True, self.state(after)
 
-    def _swap(self, action: str, observed: Observed, prog: _bpf.Program) -> Placement:
+    def _swap(self, action: str, observed: Observed, prog: _bpf.Program) -> Attachment:
         """Put prog on the hook in place of what was observed, as plan_swap decided."""
         if action == ATTACH:
             return self.hook.attach(prog)
@@ -554,13 +554,13 @@ class Converger:
             return self.hook.replace(observed, prog)
         return self._reattach(observed, prog)
 
-    def _reattach(self, observed: Observed, prog: _bpf.Program) -> Placement:
+    def _reattach(self, observed: Observed, prog: _bpf.Program) -> Attachment:
         """A mode change, or a foreign link we cannot update: detach, attach, and put the old one back on failure."""
         with self.hook.hold(observed.prog_id) as old:
             start = time.monotonic()  # the window is at most from before the detach to after the attach
             self.hook.detach(observed)
             try:
-                placement = self.hook.attach(prog)
+                attachment = self.hook.attach(prog)
                 self.interrupted = time.monotonic() - start
                 self.warnings.append("%s was briefly without its %s program while switching %s (at most %.2f ms)" % (
                     self.hook.ifname, self.hook.label, self.hook.switch_reason(observed), self.interrupted * 1000))
@@ -573,7 +573,7 @@ class Converger:
                                     % (exc, observed.prog_id, self.hook.ifname, again)) from exc
                 raise
         self.hook.cleanup()  # what only the old placement needed (tc: a clsact of ours left empty)
-        return placement
+        return attachment
 
 
 def absent_without_interface(params: dict, check_mode: bool, make_hook: Callable) -> tuple[dict, list[str]] | None:

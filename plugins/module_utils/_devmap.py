@@ -427,7 +427,7 @@ def write_record(journal: Journal, pins: _pins.PinDir, record: dict, old: dict |
 
 
 @dataclasses.dataclass
-class Wanted:
+class Desired:
     """A devmap_group task, normalized."""
 
     name: str | None
@@ -442,7 +442,7 @@ class Wanted:
     keep_egress: bool = False  # egress_program omitted (without exclusive): the group keeps the one it has
 
     @classmethod
-    def from_params(cls, params: dict) -> Wanted:
+    def from_params(cls, params: dict) -> Desired:
         group_id = params.get("id")
         if group_id is not None:
             check_id(group_id)
@@ -482,9 +482,9 @@ def describe(group_id, name, members: dict[int, int] | None, addresses, flags: i
 
 
 class GroupManager:
-    """Converges one group of a map set to a Wanted state; run it inside the group's namespace."""
+    """Converges one group of a map set to a Desired state; run it inside the group's namespace."""
 
-    def __init__(self, wanted: Wanted, pin_root: str, netns_key: str, check_mode: bool):
+    def __init__(self, wanted: Desired, pin_root: str, netns_key: str, check_mode: bool):
         self.wanted = wanted
         self.pin_root = pin_root
         self.netns_key = netns_key
@@ -755,7 +755,7 @@ class GroupManager:
 
 def converge(params: dict, check_mode: bool) -> tuple[dict, list[str]]:
     """devmap_group's work: in the namespace, under the map set's lock (outside check mode); (result, warnings)."""
-    wanted = Wanted.from_params(params)
+    wanted = Desired.from_params(params)
     with _netns.netns(params.get("netns")):
         key = _netns.netns_key(params.get("netns"))
         manager = GroupManager(wanted, params["pin_root"], key, check_mode)

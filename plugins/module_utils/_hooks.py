@@ -35,14 +35,17 @@ class HookError(EbpfXdpError):
 class Observed:
     """One hook's program as read from the kernel, with our record when the record describes it.
 
-    mode is the hook's own placement (XDP: native or generic); holder says
-    what keeps the program there (HELD_BY_LINK, HELD_BY_NETLINK, ...).
+    placement is how the program sits on the hook, in the hook's own word:
+    XDP's mode (native, generic), tc's method (tcx, cls_bpf, act_bpf); holder
+    says what keeps it there (HELD_BY_LINK, HELD_BY_NETLINK). Records and
+    results keep their keys: the placement under the hook's word (placement_key),
+    the holder under "attach".
     """
 
     prog_id: int = 0
     name: str | None = None
     tag: str | None = None
-    mode: str | None = None
+    placement: str | None = None
     holder: str | None = None
     link_id: int | None = None
     record: dict | None = None
@@ -62,16 +65,17 @@ class Observed:
 
 
 @dataclasses.dataclass
-class Placement:
-    """Where an attach put a program: what holds it, in which mode, through which link."""
+class Attachment:
+    """What putting a program on a hook gave: what holds it, its placement, through which link."""
 
     holder: str
-    mode: str | None
+    placement: str | None
     link_id: int | None
     extra: dict = dataclasses.field(default_factory=dict)
 
     def as_record(self) -> dict:
-        return dict(self.extra, attach=self.holder, mode=self.mode, link_id=self.link_id)
+        # The record's keys from before the vocabulary: "attach" is the holder, "mode" the placement.
+        return dict(self.extra, attach=self.holder, mode=self.placement, link_id=self.link_id)
 
 
 def report(observed: Observed) -> dict:
@@ -79,7 +83,7 @@ def report(observed: Observed) -> dict:
     if not observed.attached:
         return {"attached": False}
     state = {"attached": True, "id": observed.prog_id, "name": observed.name, "tag": observed.tag,
-             observed.placement_key: observed.mode, "attach": observed.holder, "link_id": observed.link_id,
+             observed.placement_key: observed.placement, "attach": observed.holder, "link_id": observed.link_id,
              "owner": OWNER if observed.owned else UNMANAGED}
     state.update(observed.extra)
     record = observed.record
@@ -145,5 +149,5 @@ def observe_xdp(ifindex: int, xdp: dict, pins: _pins.PinDir) -> Observed:
         link_id = find_link(ifindex, prog_id, "xdp")
     with _bpf.Program.from_id(prog_id) as prog:
         info = prog.info()
-    return Observed(prog_id=prog_id, name=info["name"], tag=info["tag"], mode=mode, link_id=link_id,
+    return Observed(prog_id=prog_id, name=info["name"], tag=info["tag"], placement=mode, link_id=link_id,
                     holder=HELD_BY_LINK if link_id else HELD_BY_NETLINK, record=record, map_ids=info["map_ids"])

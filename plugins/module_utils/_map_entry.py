@@ -334,7 +334,7 @@ class Field:
         return self.name == "ifindex" or self.name.endswith("_ifindex")
 
 
-class Record(Layout):
+class Struct(Layout):
     """A struct or union given as a dict of its fields; fields left out are zero (as a C initializer)."""
 
     def __init__(self, size: int, name: str, fields: list[Field], shorthand: str | None = None):
@@ -419,7 +419,7 @@ def devmap_value(size: int) -> Layout:
         fields.append(Field("prog", ProgRef(), 4))
     elif size != 4:
         return Sized(size, "value")
-    return Record(size, "struct bpf_devmap_val", fields, shorthand="ifindex")
+    return Struct(size, "struct bpf_devmap_val", fields, shorthand="ifindex")
 
 
 def _resolve(types: dict, type_id: int) -> tuple[dict | None, str]:
@@ -464,7 +464,7 @@ def _record(types, entry, alias):
         if layout is None:
             return None
         offset = member["bit_offset"] // 8
-        if not member["name"] and isinstance(layout, Record):
+        if not member["name"] and isinstance(layout, Struct):
             # An anonymous struct or union: its fields are the parent's.
             fields.extend(Field(f.name, f.layout, f.offset + offset, f.bit_offset + member["bit_offset"], f.bits,
                                 f.device) for f in layout.fields)
@@ -472,7 +472,7 @@ def _record(types, entry, alias):
         if member["bitfield_size"] and sys.byteorder != "little":
             return None
         fields.append(Field(member["name"], layout, offset, member["bit_offset"], member["bitfield_size"]))
-    return Record(entry["size"], alias or "%s %s" % (entry["kind"], entry["name"] or "(anonymous)"), fields)
+    return Struct(entry["size"], alias or "%s %s" % (entry["kind"], entry["name"] or "(anonymous)"), fields)
 
 
 def layouts(info: dict, btf: dict | None) -> tuple[Layout, Layout]:

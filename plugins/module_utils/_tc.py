@@ -30,7 +30,7 @@ import platform
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _pins, _tc_hooks, _tc_netlink
 from ansible_collections.ebpf.xdp.plugins.module_utils._converge import HookAdapter, register
 from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import (
-    HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed, Placement)
+    Attachment, HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed)
 
 FILTER_KINDS = {"cls_bpf": "bpf", "act_bpf": "u32"}
 CLSACT_RECORD = "clsact"
@@ -199,7 +199,7 @@ class TcHook(HookAdapter):
 
     def in_place(self, observed: Observed) -> bool:
         """Same method and, for filters, the place the task names (or any, when it names none) and protocol all."""
-        if observed.mode != self.method:
+        if observed.placement != self.method:
             return False
         if self.method == "tcx":
             return True
@@ -211,11 +211,11 @@ class TcHook(HookAdapter):
     def settled(self, observed: Observed) -> bool:
         return self.in_place(observed) and (self.method != "act_bpf" or observed.extra.get("verdict") == self.verdict)
 
-    def planned_mode(self, observed: Observed) -> str:
+    def planned_placement(self, observed: Observed) -> str:
         return self.method
 
     def switch_reason(self, observed: Observed) -> str:
-        if observed.mode != self.method:
+        if observed.placement != self.method:
             return "method"
         if observed.extra.get("protocol", "all") != "all":
             return "protocol (%s to all)" % observed.extra["protocol"]
@@ -223,9 +223,9 @@ class TcHook(HookAdapter):
 
     # ------------------------------------------------------------ acting
 
-    def attach(self, prog: _bpf.Program) -> Placement:
+    def attach(self, prog: _bpf.Program) -> Attachment:
         if self.method == "tcx":
-            return Placement(HELD_BY_LINK, "tcx", self.pin_link(self._tcx_link(prog)), {"direction": self.direction})
+            return Attachment(HELD_BY_LINK, "tcx", self.pin_link(self._tcx_link(prog)), {"direction": self.direction})
         created = self._ensure_clsact()
         try:
             return self._put_filter(prog, self.method, self._spot(self.pins.record.read()), replace=False)
@@ -245,7 +245,7 @@ class TcHook(HookAdapter):
         return True
 
     def _put_filter(self, prog: _bpf.Program, method: str, spot: tuple[int, int], replace: bool,
-                    protocol: str = "all") -> Placement:
+                    protocol: str = "all") -> Attachment:
         priority, handle = spot
         number = _tc_netlink.protocol_number(protocol)
         if method == "cls_bpf":
@@ -262,9 +262,9 @@ class TcHook(HookAdapter):
                  "protocol": protocol}
         if method == "act_bpf":
             extra["verdict"] = self.verdict
-        return Placement(HELD_BY_NETLINK, method, None, extra)
+        return Attachment(HELD_BY_NETLINK, method, None, extra)
 
-    def replace(self, observed: Observed, prog: _bpf.Program) -> Placement:
+    def replace(self, observed: Observed, prog: _bpf.Program) -> Attachment:
         """Swap the program of the filter in its place: the hook is never without it."""
         return self._put_filter(prog, self.method, (observed.extra["priority"], observed.extra["handle"]),
                                 replace=True)
@@ -275,7 +275,7 @@ class TcHook(HookAdapter):
             self.detach_link(observed)
         else:
             _tc_netlink.delete_filter(self.ifindex, self.direction, observed.extra["priority"],
-                                      observed.extra["handle"], FILTER_KINDS[observed.mode])
+                                      observed.extra["handle"], FILTER_KINDS[observed.placement])
 
     def restore(self, observed: Observed, old: _bpf.Program) -> None:
         """Put back a program detached by a failed switch, where and as it was held.
@@ -288,7 +288,7 @@ class TcHook(HookAdapter):
             self.pin_link(self._tcx_link(old))
             return
         self._ensure_clsact()
-        self._put_filter(old, observed.mode, (observed.extra["priority"], observed.extra["handle"]), replace=False,
+        self._put_filter(old, observed.placement, (observed.extra["priority"], observed.extra["handle"]), replace=False,
                          protocol=observed.extra.get("protocol", "all"))
 
     def cleanup(self) -> None:

@@ -83,7 +83,7 @@ def observe_tc(entry: dict, direction: str, record: dict | None) -> Observed:
         info = prog.info()
     extra = {"direction": direction}
     extra.update((k, entry[k]) for k in ("priority", "handle", "verdict", "protocol") if entry.get(k) is not None)
-    return Observed(prog_id=entry["prog_id"], name=info["name"], tag=info["tag"], mode=entry["method"],
+    return Observed(prog_id=entry["prog_id"], name=info["name"], tag=info["tag"], placement=entry["method"],
                     holder=HELD_BY_LINK if entry.get("link_id") else HELD_BY_NETLINK,
                     link_id=entry.get("link_id"), record=record, map_ids=info["map_ids"], extra=extra,
                     placement_key="method")

@@ -21,7 +21,7 @@ import errno
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _hooks, _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils._converge import HookAdapter, register
 from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import (
-    HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed, Placement)
+    Attachment, HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed)
 
 MODE_FLAGS = {"native": _bpf.XDP_FLAGS_DRV_MODE, "generic": _bpf.XDP_FLAGS_SKB_MODE}
 
@@ -53,7 +53,7 @@ class XdpHook(HookAdapter):
         return _hooks.observe_xdp(self.ifindex, _bpf.xdp_query(self.ifindex), self.pins)
 
     def refuse(self, observed: Observed) -> None:
-        if observed.mode == "offload":
+        if observed.placement == "offload":
             raise HookError("%s has an offloaded (hardware) XDP program, which ebpf.xdp does not manage"
                             % self.ifname)
 
@@ -62,14 +62,14 @@ class XdpHook(HookAdapter):
 
     def in_place(self, observed: Observed) -> bool:
         """A new program can take the old one's place without a mode switch."""
-        return self.mode in ("auto", observed.mode)
+        return self.mode in ("auto", observed.placement)
 
-    def planned_mode(self, observed: Observed) -> str:
-        return self.mode if self.mode != "auto" else (observed.mode or "native")
+    def planned_placement(self, observed: Observed) -> str:
+        return self.mode if self.mode != "auto" else (observed.placement or "native")
 
     # ------------------------------------------------------------ acting
 
-    def attach(self, prog: _bpf.Program) -> Placement:
+    def attach(self, prog: _bpf.Program) -> Attachment:
         """Attach to the empty hook through a new pinned link, native first under mode: auto."""
         modes = ["native", "generic"] if self.mode == "auto" else [self.mode]
         for mode in modes:
@@ -82,14 +82,14 @@ class XdpHook(HookAdapter):
                     raise HookError("the driver of %s has no native XDP support (%s); use mode: generic or auto"
                                     % (self.ifname, exc))
                 raise
-            return Placement(HELD_BY_LINK, mode, self.pin_link(link))
+            return Attachment(HELD_BY_LINK, mode, self.pin_link(link))
         raise HookError("could not attach to %s in any mode" % self.ifname)
 
-    def replace(self, observed: Observed, prog: _bpf.Program) -> Placement:
+    def replace(self, observed: Observed, prog: _bpf.Program) -> Attachment:
         """Swap a netlink-held program; the kernel refuses if it is no longer the one observed."""
         with _bpf.Program.from_id(observed.prog_id) as old:
-            _bpf.xdp_attach_netlink(self.ifindex, prog, MODE_FLAGS[observed.mode], old_prog=old)
-        return Placement(HELD_BY_NETLINK, observed.mode, None)
+            _bpf.xdp_attach_netlink(self.ifindex, prog, MODE_FLAGS[observed.placement], old_prog=old)
+        return Attachment(HELD_BY_NETLINK, observed.placement, None)
 
     def detach(self, observed: Observed) -> None:
         """Take the observed program off the hook, however it is held and whoever holds it."""
@@ -97,11 +97,11 @@ class XdpHook(HookAdapter):
             self.detach_link(observed)
         else:
             with _bpf.Program.from_id(observed.prog_id) as old:
-                _bpf.xdp_detach_netlink(self.ifindex, MODE_FLAGS[observed.mode], old_prog=old)
+                _bpf.xdp_detach_netlink(self.ifindex, MODE_FLAGS[observed.placement], old_prog=old)
 
     def restore(self, observed: Observed, old: _bpf.Program) -> None:
         """Put back a program detached by a failed switch, held as it was (a foreign link: by netlink)."""
         if observed.holder == HELD_BY_LINK and observed.owned:
-            self.pin_link(_bpf.Link.create(old, self.ifindex, _bpf.BPF_XDP, MODE_FLAGS[observed.mode]))
+            self.pin_link(_bpf.Link.create(old, self.ifindex, _bpf.BPF_XDP, MODE_FLAGS[observed.placement]))
         else:
-            _bpf.xdp_attach_netlink(self.ifindex, old, MODE_FLAGS[observed.mode])
+            _bpf.xdp_attach_netlink(self.ifindex, old, MODE_FLAGS[observed.placement])

@@ -2,7 +2,7 @@
 process, without the converger: what each adapter promises the converger, the same way for every hook.
 
 On a fresh veth: the empty hook is observed empty; attach() places a program that observe() then finds,
-ours, with the placement attach() reported, once it is recorded as the converger records it; a second
+ours, with the placement and holder attach() reported, once it is recorded as the converger records it; a second
 program takes its place with update_link() (a link keeps its id) or replace() (held by netlink); detach()
 leaves the hook empty, restore() puts the detached program back as it was held, and cleanup() leaves nothing
 of the hook's own behind (tc: the clsact the adapter added). Each kind with each of its ways of holding a
@@ -46,24 +46,24 @@ def test_an_adapter_keeps_the_hook_contract_on_the_kernel(request, pair, pin_roo
         def load(value):
             return _loader.load(obj, program, hook.prog_type, {list(constants)[0]: value}, load_as=hook.load_as)
 
-        def placed(loaded, placement):
-            """What the converger does after a placement: record it (observe() reads ownership from it)."""
+        def placed(loaded, attachment):
+            """What the converger does after an attach: record it (observe() reads ownership from it)."""
             hook.pins.record.write(dict(hook.identity(), prog_id=loaded.info["id"], program_name=loaded.name,
-                                        **placement.as_record()))
+                                        **attachment.as_record()))
             found = hook.observe()
-            assert (found.prog_id, found.mode, found.holder, found.owned) == (
-                loaded.info["id"], placement.mode, placement.holder, True), (found, placement)
+            assert (found.prog_id, found.placement, found.holder, found.owned) == (
+                loaded.info["id"], attachment.placement, attachment.holder, True), (found, attachment)
             return found
 
         empty = hook.observe()
         assert not empty.attached and empty.placement_key == hook.placement_key, empty
         hook.refuse(empty)  # nothing there to refuse
-        planned = hook.planned_mode(empty)
+        planned = hook.planned_placement(empty)
 
         with load(constants[list(constants)[0]]) as first, load(1) as second:
-            placement = hook.attach(first.program)
-            assert placement.mode == planned, (placement, planned)
-            there = placed(first, placement)
+            attachment = hook.attach(first.program)
+            assert attachment.placement == planned, (attachment, planned)
+            there = placed(first, attachment)
             assert hook.in_place(there) and hook.settled(there), there
 
             # The second program takes the first one's place in one step: a link keeps its id.
@@ -73,13 +73,14 @@ def test_an_adapter_keeps_the_hook_contract_on_the_kernel(request, pair, pin_roo
             else:
                 swapped = hook.replace(there, second.program)
             now = placed(second, swapped)
-            assert (now.mode, now.holder) == (there.mode, there.holder), (now, there)
+            assert (now.placement, now.holder) == (there.placement, there.holder), (now, there)
 
             hook.detach(now)
             assert not hook.observe().attached
             hook.restore(now, second.program)
             back = hook.observe()
-            assert (back.prog_id, back.mode, back.holder) == (second.info["id"], now.mode, now.holder), back
+            assert (back.prog_id, back.placement, back.holder) == (second.info["id"], now.placement, now.holder), \
+                back
 
             hook.detach(back)
             hook.cleanup()

@@ -14,13 +14,13 @@ from ansible_collections.ebpf.xdp.plugins.module_utils._converge import (
     ATTACH, CLEAR_STALE, DETACH, DETACH_FOREIGN, LOAD, NOTHING, RECORD_ONLY, REATTACH, REFUSE_FOREIGN, REPLACE,
     UPDATE_LINK, Converger, Desired, plan_absent, plan_present, plan_swap)
 from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import (
-    HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed, Placement)
+    Attachment, HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed)
 
 NOTHING_THERE = Observed()
-OURS_BY_LINK = Observed(prog_id=10, name="p", tag="aa", mode="native", holder=HELD_BY_LINK, link_id=3, record={})
-OURS_BY_NETLINK = Observed(prog_id=10, name="p", tag="aa", mode="native", holder=HELD_BY_NETLINK, record={})
-FOREIGN_NETLINK = Observed(prog_id=20, name="f", tag="bb", mode="native", holder=HELD_BY_NETLINK)
-FOREIGN_LINK = Observed(prog_id=20, name="f", tag="bb", mode="native", holder=HELD_BY_LINK, link_id=9)
+OURS_BY_LINK = Observed(prog_id=10, name="p", tag="aa", placement="native", holder=HELD_BY_LINK, link_id=3, record={})
+OURS_BY_NETLINK = Observed(prog_id=10, name="p", tag="aa", placement="native", holder=HELD_BY_NETLINK, record={})
+FOREIGN_NETLINK = Observed(prog_id=20, name="f", tag="bb", placement="native", holder=HELD_BY_NETLINK)
+FOREIGN_LINK = Observed(prog_id=20, name="f", tag="bb", placement="native", holder=HELD_BY_LINK, link_id=9)
 
 
 # ---------------------------------------------------------------- plan_* tables
@@ -173,24 +173,24 @@ class FakeHook(_converge.HookAdapter):
         return {"requested_mode": self.mode}
 
     def in_place(self, observed):
-        return self.mode in ("auto", observed.mode)
+        return self.mode in ("auto", observed.placement)
 
-    def planned_mode(self, observed):
-        return self.mode if self.mode != "auto" else (observed.mode or "native")
+    def planned_placement(self, observed):
+        return self.mode if self.mode != "auto" else (observed.placement or "native")
 
     def attach(self, prog):
         self.calls.append(("attach", prog.prog_id))
         if self.fail_attach:
             raise HookError("no native XDP support")
-        return Placement(HELD_BY_LINK, self.planned_mode(self.observed), 99)
+        return Attachment(HELD_BY_LINK, self.planned_placement(self.observed), 99)
 
     def replace(self, observed, prog):
         self.calls.append(("replace", observed.prog_id, prog.prog_id))
-        return Placement(HELD_BY_NETLINK, observed.mode, None)
+        return Attachment(HELD_BY_NETLINK, observed.placement, None)
 
     def update_link(self, observed, prog):
         self.calls.append(("update_link", observed.link_id, prog.prog_id))
-        return Placement(HELD_BY_LINK, observed.mode, observed.link_id)
+        return Attachment(HELD_BY_LINK, observed.placement, observed.link_id)
 
     def detach(self, observed):
         self.calls.append(("detach", observed.prog_id))
@@ -251,14 +251,14 @@ def test_check_mode_loads_without_pins_and_acts_on_nothing(obj):
 
 def test_same_identity_is_no_change_and_loads_nothing(obj):
     record = our_record(FakeHook(NOTHING_THERE), obj)
-    hook = FakeHook(Observed(prog_id=30, mode="native", holder=HELD_BY_LINK, link_id=99, record=record), record=record)
+    hook = FakeHook(Observed(prog_id=30, placement="native", holder=HELD_BY_LINK, link_id=99, record=record), record=record)
     result, _warnings, loads = converge(hook, obj)
     assert result["changed"] is False and hook.calls == [] and loads == []
 
 
 def test_new_constants_update_our_link_in_place(obj):
     record = our_record(FakeHook(NOTHING_THERE), obj)
-    hook = FakeHook(Observed(prog_id=30, mode="native", holder=HELD_BY_LINK, link_id=99, record=record), record=record)
+    hook = FakeHook(Observed(prog_id=30, placement="native", holder=HELD_BY_LINK, link_id=99, record=record), record=record)
     result, _warnings, _loads = converge(hook, obj, loaded=(31, "cc", "d2"), constants={"xdp_action": 2})
     assert hook.calls == [("update_link", 99, 31)]
     assert result["changed"] and result["link_id"] == 99 and result["id"] == 31
@@ -268,14 +268,14 @@ def test_same_program_from_a_rebuilt_object_only_rewrites_the_record(obj, tmp_pa
     record = our_record(FakeHook(NOTHING_THERE), obj)
     rebuilt = tmp_path / "rebuilt.o"
     rebuilt.write_bytes(b"other bytes, same program")
-    hook = FakeHook(Observed(prog_id=30, mode="native", holder=HELD_BY_LINK, link_id=99, record=record), record=record)
+    hook = FakeHook(Observed(prog_id=30, placement="native", holder=HELD_BY_LINK, link_id=99, record=record), record=record)
     result, _warnings, _loads = converge(hook, str(rebuilt))
     assert result["changed"] is False and hook.calls == []
     assert hook.pins.record.value["object"] == str(rebuilt) and hook.pins.record.value["prog_id"] == 30
 
 
 def test_our_netlink_program_is_replaced_in_place(obj):
-    hook = FakeHook(Observed(prog_id=10, mode="native", holder=HELD_BY_NETLINK, record={"tag": "old"}), record={})
+    hook = FakeHook(Observed(prog_id=10, placement="native", holder=HELD_BY_NETLINK, record={"tag": "old"}), record={})
     result, _warnings, _loads = converge(hook, obj)
     assert hook.calls == [("replace", 10, 30)] and result["attach"] == HELD_BY_NETLINK
 
@@ -339,7 +339,7 @@ def test_a_program_our_pins_hold_without_a_record_is_adopted_not_refused(obj):
 
 def test_failed_mode_switch_restores_the_old_program_and_leaves_no_pins(obj):
     hook = FakeHook(OURS_BY_LINK, mode="native", fail_attach=True)
-    hook.observed = Observed(prog_id=10, mode="generic", holder=HELD_BY_LINK, link_id=3, record={})
+    hook.observed = Observed(prog_id=10, placement="generic", holder=HELD_BY_LINK, link_id=3, record={})
     hook.pins = FakePins()
     with pytest.raises(HookError):
         converge(hook, obj)
@@ -389,6 +389,6 @@ def test_a_failed_restore_says_the_hook_is_empty(obj):
             raise HookError("cannot put it back")
 
     hook = NoRestore(OURS_BY_LINK, mode="native", fail_attach=True)
-    hook.observed = Observed(prog_id=10, mode="generic", holder=HELD_BY_LINK, link_id=3, record={})
+    hook.observed = Observed(prog_id=10, placement="generic", holder=HELD_BY_LINK, link_id=3, record={})
     with pytest.raises(HookError, match="putting the old program .id 10. back failed too, so eth0 has none now"):
         converge(hook, obj)

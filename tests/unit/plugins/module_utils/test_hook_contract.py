@@ -55,10 +55,10 @@ def test_an_adapter_from_params_names_its_interface_pins_and_identity(kind):
         # Kept in the record: JSON, and what was asked for (requested_...), not what the kernel did.
         assert json.loads(json.dumps(identity)) == identity
         assert any(key.startswith("requested_") for key in identity), identity
-        assert hook.planned_mode(Observed(placement_key=hook.placement_key)) == planned
+        assert hook.planned_placement(Observed(placement_key=hook.placement_key)) == planned
 
 
 def test_the_fake_is_built_like_the_others():
     hook = FakeHook.from_params({"mode": "native"}, 7, "ns1")
     assert hook.identity() == {"requested_mode": "native"}
-    assert hook.planned_mode(Observed()) == "native"
+    assert hook.planned_placement(Observed()) == "native"

@@ -37,7 +37,7 @@ def filter_at(priority, handle, method="cls_bpf", verdict=None):
     extra = {"direction": "ingress", "priority": priority, "handle": handle}
     if verdict:
         extra["verdict"] = verdict
-    return Observed(prog_id=5, mode=method, holder=HELD_BY_NETLINK, extra=extra, placement_key="method")
+    return Observed(prog_id=5, placement=method, holder=HELD_BY_NETLINK, extra=extra, placement_key="method")
 
 
 @pytest.mark.parametrize("wanted, observed, in_place", [

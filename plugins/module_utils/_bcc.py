@@ -79,49 +79,9 @@ def has_bcc() -> bool:
     return True
 
 
-def require(module) -> None:
-    """An interpreter without bcc (a virtualenv, say) hands the module to the system Python when that one
-    has it, as _common does for pyroute2; else fail_json naming the package."""
-    # Imported here: only a task with backend bcc needs ansible's respawn machinery.
-    from ansible.module_utils.basic import missing_required_lib  # pylint: disable=import-outside-toplevel
-    from ansible.module_utils.common.respawn import (  # pylint: disable=import-outside-toplevel
-        has_respawned, probe_interpreters_for_module, respawn_module)
-    from ansible_collections.ebpf.xdp.plugins.module_utils._common import (  # pylint: disable=import-outside-toplevel
-        SYSTEM_INTERPRETERS)
-    if has_bcc():
-        return
-    if not has_respawned():
-        interpreter = probe_interpreters_for_module(SYSTEM_INTERPRETERS, "bcc")
-        if interpreter:
-            respawn_module(interpreter)
-    try:
-        import_bcc()
-    except BccError as exc:
-        module.fail_json(msg="%s: %s" % (missing_required_lib("bcc (Debian/Ubuntu: python3-bpfcc)"), exc),
-                         changed=False)
-
-
 # The program modules' rules between object and source (besides mutually_exclusive and required_if).
 MODULE_RULES = dict(mutually_exclusive=[("object", "source")],
                     required_if=[("state", "present", ("object", "source"), True)])
-
-
-def prepare(module) -> None:
-    """A program module's checks for backend and its options; for bcc, find an interpreter that has it."""
-    p = module.params
-    if p["backend"] != "bcc":
-        wrong = [name for name in ("source", "kernel_headers") if p.get(name)] + (["cflags"] if p.get("cflags") else [])
-        if wrong:
-            module.fail_json(msg="%s only apply to backend: bcc (this task loads an object with libbpf)"
-                                 % ", ".join(wrong))
-        return
-    if p["object"]:
-        module.fail_json(msg="backend bcc compiles source:, it loads no object: (give source: instead)")
-    if p["constants"] or p["shared_maps"]:
-        module.fail_json(msg="constants and shared_maps are not available with backend bcc; give settings as "
-                             "cflags (-DNAME=value)")
-    if p["state"] == "present":
-        require(module)
 
 
 def kernel_release() -> str:

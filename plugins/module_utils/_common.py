@@ -3,11 +3,14 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 # SPDX-License-Identifier: GPL-3.0-or-later
 
-"""Shared argument specs, dependency checks and error reporting.
+"""The Ansible edge of the collection's modules: argument specs, the checks before any work (libraries, with
+respawn under the system Python; privileges; the backend), and errors turned into fail_json.
 
 Private to the ebpf.xdp collection: the interface may change without notice.
-The option sets here are documented by the doc fragments of the same names
-in plugins/doc_fragments; change both together.
+A module's main is run_module(): nothing below this file takes an
+AnsibleModule; the work gets the options as a dict. The option sets here are
+documented by the doc fragments of the same names in plugins/doc_fragments;
+change both together.
 """
 
 from __future__ import annotations
@@ -15,10 +18,10 @@ from __future__ import annotations
 import os
 import traceback
 
-from ansible.module_utils.basic import missing_required_lib
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.common.respawn import has_respawned, probe_interpreters_for_module, respawn_module
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bcc, _bpf, _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils._compile import CompileError
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
@@ -167,3 +170,66 @@ def fail_from(module, exc: Exception, **result) -> None:
         details["stderr_lines"] = exc.output.splitlines()
         module.fail_json(msg="%s:\n%s" % (exc, exc.output.strip()), **details)
     module.fail_json(msg=str(exc), **details)
+
+
+def prepare_backend(module) -> None:
+    """A program module's checks of its backend and the options that go with it; for bcc, an interpreter that
+    has bcc's binding (the system Python's, respawned into, as for pyroute2), or fail_json naming the package."""
+    p = module.params
+    if p["backend"] != "bcc":
+        wrong = [name for name in ("source", "kernel_headers") if p.get(name)] + (["cflags"] if p.get("cflags") else [])
+        if wrong:
+            module.fail_json(msg="%s only apply to backend: bcc (this task loads an object with libbpf)"
+                                 % ", ".join(wrong))
+        return
+    if p["object"]:
+        module.fail_json(msg="backend bcc compiles source:, it loads no object: (give source: instead)")
+    if p["constants"] or p["shared_maps"]:
+        module.fail_json(msg="constants and shared_maps are not available with backend bcc; give settings as "
+                             "cflags (-DNAME=value)")
+    if p["state"] != "present" or _bcc.has_bcc():
+        return
+    if not has_respawned():
+        interpreter = probe_interpreters_for_module(SYSTEM_INTERPRETERS, "bcc")
+        if interpreter:
+            respawn_module(interpreter)
+    try:
+        _bcc.import_bcc()
+    except _bcc.BccError as exc:
+        module.fail_json(msg="%s: %s" % (missing_required_lib("bcc (Debian/Ubuntu: python3-bpfcc)"), exc),
+                         changed=False)
+
+
+def command_runner(module):
+    """module.run_command for a program found on PATH; a missing program is an OSError the work explains
+    (run_command itself would fail the whole task)."""
+    def run(argv):
+        path = module.get_bin_path(argv[0])
+        if not path:
+            raise OSError(2, "%s: command not found" % argv[0])
+        return module.run_command([path] + list(argv[1:]))
+    return run
+
+
+def run_module(argument_spec: dict, work, rules: dict | None = None, prepare=None, libraries: dict | None = None,
+               privileges=BPF_CAPABILITIES, failure=None) -> None:
+    """A module's whole main, in this order: the argument spec (and its rules), prepare(module) (a check of
+    options the spec cannot say, or a respawn), the libraries (require_libraries' arguments) and privileges
+    (names, or a function of the options) the work needs, then work(params, check_mode, module) -> (result,
+    warnings). A known error becomes fail_json with failure(params)'s keys (default: changed false) and what
+    the error carries in its `details`; anything else is a bug and keeps its traceback."""
+    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True, **(rules or {}))
+    params = module.params
+    try:
+        if prepare:
+            prepare(module)
+        require_libraries(module, **(libraries or {}))
+        if privileges:
+            require_privileges(module, privileges(params) if callable(privileges) else privileges)
+        result, warnings = work(params, module.check_mode, module)
+    except KNOWN_ERRORS as exc:
+        fail_from(module, exc, **dict((failure or (lambda _params: {"changed": False}))(params),
+                                      **getattr(exc, "details", {})))
+    for warning in warnings:
+        module.warn(warning)
+    module.exit_json(**result)

@@ -50,7 +50,7 @@ import time
 from typing import Callable
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import (
-    _bcc, _bpf, _common, _hooks, _loader, _netns, _pins, _revisions, _session)
+    _bcc, _bpf, _hooks, _loader, _netns, _pins, _revisions, _session)
 from ansible_collections.ebpf.xdp.plugins.module_utils._compile import sha256_file
 from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import (
     Attachment, HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed)
@@ -650,13 +650,3 @@ def _converge_interface(params: dict, check_mode: bool, make_hook: Callable) -> 
     converger.release_sets()
     return result, converger.warnings
 
-
-def exit_converged(module, make_hook: Callable) -> None:
-    """A program module's main work: converge, then exit_json, or fail_json with what went wrong."""
-    try:
-        result, warnings = converge_interface(module.params, module.check_mode, make_hook)
-    except _common.KNOWN_ERRORS as exc:
-        _common.fail_from(module, exc, interface=module.params["interface"], changed=False)
-    for warning in warnings:
-        module.warn(warning)
-    module.exit_json(**result)

@@ -87,6 +87,7 @@ class ItemError(EbpfXdpError):
     def __init__(self, message: str, put_back: list[str]):
         super().__init__(message)
         self.put_back = put_back
+        self.details = {"put_back": put_back}  # for the failure result
 
 
 # ---------------------------------------------------------------- the config

@@ -631,6 +631,7 @@ class RunFailed(PktgenError):
 
     def __init__(self, result: dict, message: str):
         self.result = result
+        self.details = dict(result, changed=True)  # for the failure result
         super().__init__(message)
 
 

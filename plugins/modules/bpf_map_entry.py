@@ -199,26 +199,22 @@ deleted:
   sample: []
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _map_entry
+
+def converge(params, check_mode, module):
+    result = _map_entry.converge(params, check_mode)
+    diff = result.pop("diff")
+    if module._diff:  # pylint: disable=protected-access
+        result["diff"] = diff
+    return result, []
 
 
 def main():
-    module = AnsibleModule(argument_spec=_map_entry.ENTRY_ARGS, supports_check_mode=True)
-    _common.require_libraries(module, pyroute2=False)
-    # CAP_SYS_ADMIN grants CAP_BPF (missing_capabilities); entering a namespace needs CAP_SYS_ADMIN itself.
-    needed = ("CAP_BPF", "CAP_NET_ADMIN") + (("CAP_SYS_ADMIN",) if module.params["netns"] else ())
-    _common.require_privileges(module, needed)
-    try:
-        result = _map_entry.converge(module.params, module.check_mode)
-    except _common.KNOWN_ERRORS as exc:
-        _common.fail_from(module, exc, path=module.params["path"], changed=False)
-    diff = result.pop("diff")
-    if module._diff:
-        result["diff"] = diff
-    module.exit_json(**result)
-
+    _common.run_module(
+        _map_entry.ENTRY_ARGS, libraries=dict(pyroute2=False), work=converge,
+        # CAP_SYS_ADMIN grants CAP_BPF (missing_capabilities); entering a namespace needs CAP_SYS_ADMIN itself.
+        privileges=lambda params: ("CAP_BPF", "CAP_NET_ADMIN") + (("CAP_SYS_ADMIN",) if params["netns"] else ()),
+        failure=lambda params: dict(path=params["path"], changed=False))
 
 if __name__ == "__main__":
     main()

@@ -141,23 +141,13 @@ stderr_lines:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _compile
 
-
 def main():
-    module = AnsibleModule(argument_spec=_compile.OBJECT_ARGS, supports_check_mode=True)
-    _common.require_libraries(module, pyroute2=False)
-    try:
-        result, warnings = _compile.converge_object(module.params, module.check_mode, module.run_command,
-                                                    module.get_bin_path)
-    except _common.KNOWN_ERRORS as exc:
-        _common.fail_from(module, exc, **getattr(exc, "details", {}))
-    for warning in warnings:
-        module.warn(warning)
-    module.exit_json(**result)
-
+    _common.run_module(
+        _compile.OBJECT_ARGS, libraries=dict(pyroute2=False), privileges=(),
+        work=lambda params, check_mode, module: _compile.converge_object(params, check_mode, module.run_command,
+                                                                         module.get_bin_path))
 
 if __name__ == "__main__":
     main()

@@ -186,23 +186,14 @@ put_back:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _datapath
 
-
 def main():
-    module = AnsibleModule(argument_spec=_datapath.ARGS, supports_check_mode=True)
-    _common.require_libraries(module)
-    _common.require_privileges(module)
-    try:
-        result, warnings = _datapath.run(module.params, module.check_mode, module.run_command, module.get_bin_path)
-    except _common.KNOWN_ERRORS as exc:
-        _common.fail_from(module, exc, changed=False, put_back=getattr(exc, "put_back", []))
-    for warning in warnings:
-        module.warn(warning)
-    module.exit_json(**result)
-
+    _common.run_module(
+        _datapath.ARGS,
+        work=lambda params, check_mode, module: _datapath.run(params, check_mode, module.run_command,
+                                                              module.get_bin_path),
+        failure=lambda _params: dict(changed=False, put_back=[]))
 
 if __name__ == "__main__":
     main()

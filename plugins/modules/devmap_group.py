@@ -232,24 +232,11 @@ netns:
   type: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _devmap
 
-
 def main():
-    module = AnsibleModule(argument_spec=_common.DEVMAP_GROUP_ARGS, supports_check_mode=True,
-                           **_common.DEVMAP_GROUP_RULES)
-    _common.require_libraries(module, pyroute2=False)
-    _common.require_privileges(module)
-    try:
-        result, warnings = _devmap.converge(module.params, module.check_mode)
-    except _common.KNOWN_ERRORS as exc:
-        _common.fail_from(module, exc, changed=False)
-    for warning in warnings:
-        module.warn(warning)
-    module.exit_json(**result)
-
+    _common.run_module(_common.DEVMAP_GROUP_ARGS, rules=_common.DEVMAP_GROUP_RULES, libraries=dict(pyroute2=False),
+                       work=lambda params, check_mode, _module: _devmap.converge(params, check_mode))
 
 if __name__ == "__main__":
     main()

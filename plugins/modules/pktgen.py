@@ -318,63 +318,45 @@ xmit_mode:
   sample: start_xmit
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _pktgen
+
+ARGUMENT_SPEC = dict(
+    cpus=dict(type="list", elements="int", default=[0]),
+    count=dict(type="int"),
+    duration=dict(type="float"),
+    timeout=dict(type="float", default=_pktgen.DEFAULT_TIMEOUT),
+    size=dict(type="int"),
+    dst_ip=dict(type="str", required=True),
+    src_ip=dict(type="str"),
+    dst_mac=dict(type="str", required=True),
+    src_mac=dict(type="str"),
+    src_port=dict(type="int", default=9),
+    src_port_max=dict(type="int"),
+    dst_port=dict(type="int", default=9),
+    dst_port_max=dict(type="int"),
+    burst=dict(type="int", default=1),
+    clone_skb=dict(type="int", default=0),
+    delay=dict(type="int", default=0),
+    rate=dict(type="int"),
+    ratep=dict(type="int"),
+    flags=dict(type="list", elements="str", default=[]),
+    xmit_mode=dict(type="str", choices=list(_pktgen.XMIT_MODES), default="start_xmit"),
+    force=dict(type="bool", default=False),
+    **_common.INTERFACE_ARGS)
+
+def send(params, check_mode, module):
+    # A run that changed pktgen and then failed is a change, with what it sent (_pktgen.RunFailed.details).
+    result = _pktgen.generate(_pktgen.Settings.from_params(params), _common.command_runner(module),
+                              check_mode=check_mode)
+    return dict(changed=True, **result), []
 
 
 def main():
-    argument_spec = dict(
-        cpus=dict(type="list", elements="int", default=[0]),
-        count=dict(type="int"),
-        duration=dict(type="float"),
-        timeout=dict(type="float", default=_pktgen.DEFAULT_TIMEOUT),
-        size=dict(type="int"),
-        dst_ip=dict(type="str", required=True),
-        src_ip=dict(type="str"),
-        dst_mac=dict(type="str", required=True),
-        src_mac=dict(type="str"),
-        src_port=dict(type="int", default=9),
-        src_port_max=dict(type="int"),
-        dst_port=dict(type="int", default=9),
-        dst_port_max=dict(type="int"),
-        burst=dict(type="int", default=1),
-        clone_skb=dict(type="int", default=0),
-        delay=dict(type="int", default=0),
-        rate=dict(type="int"),
-        ratep=dict(type="int"),
-        flags=dict(type="list", elements="str", default=[]),
-        xmit_mode=dict(type="str", choices=list(_pktgen.XMIT_MODES), default="start_xmit"),
-        force=dict(type="bool", default=False),
-    )
-    argument_spec.update(_common.INTERFACE_ARGS)
-    module = AnsibleModule(argument_spec=argument_spec, required_one_of=[("count", "duration")],
-                           supports_check_mode=True)
-
-    def run_command(argv):
-        # run_command fails the whole task on a missing program; the caller explains what is missing.
-        path = module.get_bin_path(argv[0])
-        if not path:
-            raise OSError(2, "%s: command not found" % argv[0])
-        return module.run_command([path] + argv[1:])
-
-    # Settings first: a mistake fails before pyroute2's import and the privilege checks.
-    try:
-        settings = _pktgen.Settings.from_params(module.params)
-    except _pktgen.PktgenError as exc:
-        _common.fail_from(module, exc)
-    _common.require_libraries(module, libbpf=False)
-    _common.require_privileges(module, ("CAP_NET_ADMIN", "CAP_SYS_ADMIN") if module.params["netns"]
-                               else ("CAP_NET_ADMIN",))
-    try:
-        result = _pktgen.generate(settings, run_command, check_mode=module.check_mode)
-    except _pktgen.RunFailed as exc:
-        # pktgen was loaded, reset or given devices: a change, reported with what was sent before the failure.
-        _common.fail_from(module, exc, changed=True, **exc.result)
-    except _common.KNOWN_ERRORS as exc:
-        _common.fail_from(module, exc)
-    module.exit_json(changed=True, **result)
-
+    _common.run_module(
+        ARGUMENT_SPEC, rules=dict(required_one_of=[("count", "duration")]), work=send,
+        # The settings first: a mistake fails before pyroute2's import and the privilege checks.
+        prepare=lambda module: _pktgen.Settings.from_params(module.params), libraries=dict(libbpf=False),
+        privileges=lambda params: ("CAP_NET_ADMIN",) + (("CAP_SYS_ADMIN",) if params["netns"] else ()))
 
 if __name__ == "__main__":
     main()

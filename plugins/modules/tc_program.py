@@ -265,25 +265,19 @@ verifier_log_tail:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bcc, _common, _converge, _revisions
 from ansible_collections.ebpf.xdp.plugins.module_utils._tc import TcHook
 
+def prepare(module):
+    TcHook.check_params(module.params)
+    _common.prepare_backend(module)  # for bcc it may re-run the module under the system Python
+
 
 def main():
-    module = AnsibleModule(argument_spec=_common.TC_PROGRAM_ARGS, supports_check_mode=True,
-                           **_revisions.module_rules(_bcc.MODULE_RULES))
-    try:
-        TcHook.check_params(module.params)
-    except _common.KNOWN_ERRORS as exc:
-        _common.fail_from(module, exc)
-    _bcc.prepare(module)  # before the other checks: it may re-run the module under the system Python
-    _common.require_libraries(module)
-    _common.require_privileges(module)
-
-    _converge.exit_converged(module, TcHook.from_params)
-
+    _common.run_module(
+        _common.TC_PROGRAM_ARGS, rules=_revisions.module_rules(_bcc.MODULE_RULES), prepare=prepare,
+        work=lambda params, check_mode, _module: _converge.converge_interface(params, check_mode, TcHook.from_params),
+        failure=lambda params: dict(interface=params["interface"], changed=False))
 
 if __name__ == "__main__":
     main()

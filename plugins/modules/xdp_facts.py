@@ -156,37 +156,33 @@ ansible_facts:
                 egress: []
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _facts, _netns
+
+ARGUMENT_SPEC = dict(
+    interfaces=dict(type="list", elements="str", default=[]),
+    netns=dict(type="str"),
+    rate_interval=dict(type="float", default=0),
+    **_common.PIN_ROOT_ARGS)
+
+def prepare(module):
+    if module.params["rate_interval"] < 0:
+        module.fail_json(msg="rate_interval must not be negative")
+
+
+def read(p, _check_mode, _module):
+    warnings = []
+    with _netns.netns(p["netns"]):
+        if p["rate_interval"]:
+            xdp = _facts.with_rates(p["pin_root"], p["netns"], p["interfaces"], p["rate_interval"], warnings)
+        else:
+            xdp = _facts.snapshot(p["pin_root"], p["netns"], p["interfaces"], warnings)
+    return dict(changed=False, ansible_facts={"xdp": xdp}), warnings
 
 
 def main():
-    argument_spec = dict(
-        interfaces=dict(type="list", elements="str", default=[]),
-        netns=dict(type="str"),
-        rate_interval=dict(type="float", default=0),
-    )
-    argument_spec.update(_common.PIN_ROOT_ARGS)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    _common.require_libraries(module, predicts=False)  # facts change nothing: missing is missing, in check mode too
-    _common.require_privileges(module, ("CAP_SYS_ADMIN",))
-    p = module.params
-    if p["rate_interval"] < 0:
-        module.fail_json(msg="rate_interval must not be negative")
-    warnings = []
-    try:
-        with _netns.netns(p["netns"]):
-            if p["rate_interval"]:
-                xdp = _facts.with_rates(p["pin_root"], p["netns"], p["interfaces"], p["rate_interval"], warnings)
-            else:
-                xdp = _facts.snapshot(p["pin_root"], p["netns"], p["interfaces"], warnings)
-    except _common.KNOWN_ERRORS as exc:
-        _common.fail_from(module, exc)
-    for warning in warnings:
-        module.warn(warning)
-    module.exit_json(changed=False, ansible_facts={"xdp": xdp})
-
+    # Facts change nothing: a missing library is missing, in check mode too.
+    _common.run_module(ARGUMENT_SPEC, prepare=prepare, libraries=dict(predicts=False), privileges=("CAP_SYS_ADMIN",),
+                       work=read)
 
 if __name__ == "__main__":
     main()

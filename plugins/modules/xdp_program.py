@@ -222,21 +222,16 @@ verifier_log_tail:
   elements: str
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bcc, _common, _converge, _revisions
 from ansible_collections.ebpf.xdp.plugins.module_utils._xdp import XdpHook
 
-
 def main():
-    module = AnsibleModule(argument_spec=_common.XDP_PROGRAM_ARGS, supports_check_mode=True,
-                           **_revisions.module_rules(_bcc.MODULE_RULES))
-    _bcc.prepare(module)  # before the other checks: it may re-run the module under the system Python
-    _common.require_libraries(module, pyroute2=False)
-    _common.require_privileges(module)
-
-    _converge.exit_converged(module, XdpHook.from_params)
-
+    _common.run_module(
+        _common.XDP_PROGRAM_ARGS, rules=_revisions.module_rules(_bcc.MODULE_RULES),
+        prepare=_common.prepare_backend,  # first: for bcc it may re-run the module under the system Python
+        libraries=dict(pyroute2=False),
+        work=lambda params, check_mode, _module: _converge.converge_interface(params, check_mode, XdpHook.from_params),
+        failure=lambda params: dict(interface=params["interface"], changed=False))
 
 if __name__ == "__main__":
     main()

@@ -257,44 +257,38 @@ tx_dropped:
   sample: 0
 """
 
-from ansible.module_utils.basic import AnsibleModule
-
 from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _trafficgen
+
+ARGUMENT_SPEC = dict(
+    engine=dict(type="str", choices=list(_trafficgen.ENGINES), default="auto"),
+    object=dict(type="path"),
+    count=dict(type="int"),
+    duration=dict(type="float"),
+    cpus=dict(type="list", elements="int"),
+    batch_size=dict(type="int", default=_trafficgen.DEFAULT_BATCH),
+    protocols=dict(type="list", elements="str", choices=["udp", "tcp", "icmp"], default=["udp"]),
+    dst_mac=dict(type="str", default="ff:ff:ff:ff:ff:ff"),
+    src_mac=dict(type="str"),
+    src_ip=dict(type="str", required=True),
+    dst_ip=dict(type="str", required=True),
+    src_port=dict(type="int", default=9),
+    src_port_max=dict(type="int"),
+    dst_port=dict(type="int", default=9),
+    dst_port_max=dict(type="int"),
+    size=dict(type="int"),
+    vlan=dict(type="int"),
+    rate=dict(type="int", default=0),
+    **_common.INTERFACE_ARGS)
+
+def send(params, check_mode, _module):
+    result = _trafficgen.generate(_trafficgen.Settings.from_params(params), check_mode=check_mode)
+    # Sending is an action, so every run (and, as a prediction, every check-mode run) reports a change.
+    return dict(changed=True, **result), []
 
 
 def main():
-    argument_spec = dict(
-        engine=dict(type="str", choices=list(_trafficgen.ENGINES), default="auto"),
-        object=dict(type="path"),
-        count=dict(type="int"),
-        duration=dict(type="float"),
-        cpus=dict(type="list", elements="int"),
-        batch_size=dict(type="int", default=_trafficgen.DEFAULT_BATCH),
-        protocols=dict(type="list", elements="str", choices=["udp", "tcp", "icmp"], default=["udp"]),
-        dst_mac=dict(type="str", default="ff:ff:ff:ff:ff:ff"),
-        src_mac=dict(type="str"),
-        src_ip=dict(type="str", required=True),
-        dst_ip=dict(type="str", required=True),
-        src_port=dict(type="int", default=9),
-        src_port_max=dict(type="int"),
-        dst_port=dict(type="int", default=9),
-        dst_port_max=dict(type="int"),
-        size=dict(type="int"),
-        vlan=dict(type="int"),
-        rate=dict(type="int", default=0),
-    )
-    argument_spec.update(_common.INTERFACE_ARGS)
-    module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True)
-    _common.require_libraries(module, libbpf=False)
-    _common.require_privileges(module, ("CAP_NET_RAW", "CAP_SYS_ADMIN") if module.params["netns"] else ("CAP_NET_RAW",))
-    try:
-        settings = _trafficgen.Settings.from_params(module.params)
-        result = _trafficgen.generate(settings, check_mode=module.check_mode)
-    except _common.KNOWN_ERRORS as exc:
-        _common.fail_from(module, exc)
-    # Sending is an action, so every run (and, as a prediction, every check-mode run) reports a change.
-    module.exit_json(changed=True, **result)
-
+    _common.run_module(ARGUMENT_SPEC, libraries=dict(libbpf=False), work=send,
+                       privileges=lambda params: ("CAP_NET_RAW",) + (("CAP_SYS_ADMIN",) if params["netns"] else ()))
 
 if __name__ == "__main__":
     main()

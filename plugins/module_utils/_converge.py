@@ -649,4 +649,3 @@ def _converge_interface(params: dict, check_mode: bool, make_hook: Callable) -> 
     # The locks are dropped: a set left behind is taken under its own lock only (no lock order to keep).
     converger.release_sets()
     return result, converger.warnings
-

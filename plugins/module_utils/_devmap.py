@@ -484,12 +484,12 @@ def describe(group_id, name, members: dict[int, int] | None, addresses, flags: i
 class GroupManager:
     """Converges one group of a map set to a Desired state; run it inside the group's namespace."""
 
-    def __init__(self, wanted: Desired, pin_root: str, netns_key: str, check_mode: bool):
-        self.wanted = wanted
+    def __init__(self, desired: Desired, pin_root: str, netns_key: str, check_mode: bool):
+        self.desired = desired
         self.pin_root = pin_root
         self.netns_key = netns_key
         self.check_mode = check_mode
-        self.set_dir = _pins.shared_maps_dir(pin_root, netns_key, wanted.shared_maps)
+        self.set_dir = _pins.shared_maps_dir(pin_root, netns_key, desired.shared_maps)
         self.warnings: list[str] = []
         self.no_native_redirect: list[str] = []
 
@@ -497,7 +497,7 @@ class GroupManager:
 
     def find(self, mset: MapSet) -> tuple[int | None, dict | None]:
         """(group id, its record): the task's group; id None for a new named group in check of absent."""
-        w = self.wanted
+        w = self.desired
         records = mset.records()
         by_name = {r.get("name"): gid for gid, r in records.items() if r.get("name")}
         existing = set(mset.group_ids())
@@ -527,7 +527,7 @@ class GroupManager:
     # ------------------------------------------------------------ run
 
     def run(self) -> dict:
-        w = self.wanted
+        w = self.desired
         if not all(os.path.exists(os.path.join(self.set_dir, m)) for m in MAPS):
             if w.state == "absent":
                 return self._result(False, None, None, {"present": False}, {"present": False}, {}, [])
@@ -548,7 +548,7 @@ class GroupManager:
             return self._present(mset, group_id, record, members or {}, addresses, (flags, count), before)
 
     def _result(self, changed, group_id, name, before, after, members: dict, addresses) -> dict:
-        return {"changed": changed, "id": group_id, "name": name, "shared_maps": self.wanted.shared_maps,
+        return {"changed": changed, "id": group_id, "name": name, "shared_maps": self.desired.shared_maps,
                 "members": [{"name": n, "ifindex": i} for n, i in sorted(members.items())],
                 "addresses": sorted(addresses, key=address_order),
                 "exclude_ingress": after.get("exclude_ingress"),
@@ -560,7 +560,7 @@ class GroupManager:
     # ------------------------------------------------------------ absent
 
     def _absent(self, mset, group_id, record, members, addresses, before) -> dict:
-        name = (record or {}).get("name") or self.wanted.name
+        name = (record or {}).get("name") or self.desired.name
         pins = group_pins(self.set_dir, self.pin_root, group_id) if group_id else None
         if members is None and not (pins and pins.exists()):
             return self._result(False, group_id, name, before, before, {}, [])
@@ -585,7 +585,7 @@ class GroupManager:
     # ------------------------------------------------------------ present
 
     def _present(self, mset, group_id, record, members, addresses, config, before) -> dict:
-        w = self.wanted
+        w = self.desired
         listed = resolve_members(w.members, self.netns_key)
         names = {i: n for n, i in listed.items()}
         want_members = merge(members, listed.values(), w.exclusive)
@@ -658,7 +658,7 @@ class GroupManager:
 
     def _encode_record(self, group_id: int, name: str | None, egress: dict | None) -> dict:
         """The group's record, once _pins.Record can store it."""
-        record = {"id": group_id, "name": name, "shared_maps": self.wanted.shared_maps, "egress": egress}
+        record = {"id": group_id, "name": name, "shared_maps": self.desired.shared_maps, "egress": egress}
         try:
             _pins.Record.encode(record)
         except _pins.PinError as exc:
@@ -668,10 +668,10 @@ class GroupManager:
 
     def _egress_plan(self, group_id, record) -> tuple[dict | None, bool]:
         """(the egress program the group should have, whether it must be loaded)."""
-        spec = self.wanted.egress
+        spec = self.desired.egress
         current = (record or {}).get("egress") or {}
         pinned = group_pins(self.set_dir, self.pin_root, group_id).prog_path
-        if not spec and self.wanted.keep_egress and current:
+        if not spec and self.desired.keep_egress and current:
             if os.path.exists(pinned):
                 with _bpf.Program.from_pin(pinned) as prog:
                     if prog.info()["id"] == current.get("prog_id"):
@@ -690,12 +690,12 @@ class GroupManager:
             # Opening is not loading: check mode still finds a file that is no BPF object, or no such program.
             with _bpf.BpfObject(path) as obj:
                 _loader.select_program(obj, spec.get("program"), "xdp", devmap=True)
-        wanted = {"object": path, "object_sha256": sha256_file(path), "program": spec.get("program")}
-        if all(current.get(k) == v for k, v in wanted.items()) and os.path.exists(pinned):
+        desired = {"object": path, "object_sha256": sha256_file(path), "program": spec.get("program")}
+        if all(current.get(k) == v for k, v in desired.items()) and os.path.exists(pinned):
             with _bpf.Program.from_pin(pinned) as prog:
                 if prog.info()["id"] == current.get("prog_id"):
                     return current, False
-        return wanted, True
+        return desired, True
 
     def _load_egress(self, egress: dict) -> _loader.Loaded:
         """Load the egress program over the set's maps (it reads mcast_port_mac); egress learns its id and tag."""
@@ -755,10 +755,10 @@ class GroupManager:
 
 def converge(params: dict, check_mode: bool) -> tuple[dict, list[str]]:
     """devmap_group's work: in the namespace, under the map set's lock (outside check mode); (result, warnings)."""
-    wanted = Desired.from_params(params)
+    desired = Desired.from_params(params)
     with _netns.netns(params.get("netns")):
         key = _netns.netns_key(params.get("netns"))
-        manager = GroupManager(wanted, params["pin_root"], key, check_mode)
+        manager = GroupManager(desired, params["pin_root"], key, check_mode)
         if check_mode:
             result = manager.run()
         elif not os.path.isdir(manager.set_dir):
@@ -769,6 +769,6 @@ def converge(params: dict, check_mode: bool) -> tuple[dict, list[str]]:
         else:
             _pins.check_bpffs(params["pin_root"])
             # The set's lock: attachments loading into the set, other groups' id choices and writes wait.
-            with _pins.lock(key, _pins.shared_maps_lock(wanted.shared_maps)):
+            with _pins.lock(key, _pins.shared_maps_lock(desired.shared_maps)):
                 result = manager.run()
     return dict(result, netns=params.get("netns")), manager.warnings

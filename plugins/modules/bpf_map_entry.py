@@ -201,6 +201,7 @@ deleted:
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _map_entry
 
+
 def converge(params, check_mode, module):
     result = _map_entry.converge(params, check_mode)
     diff = result.pop("diff")
@@ -215,6 +216,7 @@ def main():
         # CAP_SYS_ADMIN grants CAP_BPF (missing_capabilities); entering a namespace needs CAP_SYS_ADMIN itself.
         privileges=lambda params: ("CAP_BPF", "CAP_NET_ADMIN") + (("CAP_SYS_ADMIN",) if params["netns"] else ()),
         failure=lambda params: dict(path=params["path"], changed=False))
+
 
 if __name__ == "__main__":
     main()

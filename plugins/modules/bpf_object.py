@@ -143,11 +143,13 @@ stderr_lines:
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _compile
 
+
 def main():
     _common.run_module(
         _compile.OBJECT_ARGS, libraries=dict(pyroute2=False), privileges=(),
         work=lambda params, check_mode, module: _compile.converge_object(params, check_mode, module.run_command,
                                                                          module.get_bin_path))
+
 
 if __name__ == "__main__":
     main()

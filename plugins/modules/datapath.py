@@ -188,12 +188,14 @@ put_back:
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _datapath
 
+
 def main():
     _common.run_module(
         _datapath.ARGS,
         work=lambda params, check_mode, module: _datapath.run(params, check_mode, module.run_command,
                                                               module.get_bin_path),
         failure=lambda _params: dict(changed=False, put_back=[]))
+
 
 if __name__ == "__main__":
     main()

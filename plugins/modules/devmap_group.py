@@ -234,9 +234,11 @@ netns:
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _devmap
 
+
 def main():
     _common.run_module(_common.DEVMAP_GROUP_ARGS, rules=_common.DEVMAP_GROUP_RULES, libraries=dict(pyroute2=False),
                        work=lambda params, check_mode, _module: _devmap.converge(params, check_mode))
+
 
 if __name__ == "__main__":
     main()

@@ -344,6 +344,7 @@ ARGUMENT_SPEC = dict(
     force=dict(type="bool", default=False),
     **_common.INTERFACE_ARGS)
 
+
 def send(params, check_mode, module):
     # A run that changed pktgen and then failed is a change, with what it sent (_pktgen.RunFailed.details).
     result = _pktgen.generate(_pktgen.Settings.from_params(params), _common.command_runner(module),
@@ -357,6 +358,7 @@ def main():
         # The settings first: a mistake fails before pyroute2's import and the privilege checks.
         prepare=lambda module: _pktgen.Settings.from_params(module.params), libraries=dict(libbpf=False),
         privileges=lambda params: ("CAP_NET_ADMIN",) + (("CAP_SYS_ADMIN",) if params["netns"] else ()))
+
 
 if __name__ == "__main__":
     main()

@@ -268,6 +268,7 @@ verifier_log_tail:
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bcc, _common, _converge, _revisions
 from ansible_collections.ebpf.xdp.plugins.module_utils._tc import TcHook
 
+
 def prepare(module):
     TcHook.check_params(module.params)
     _common.prepare_backend(module)  # for bcc it may re-run the module under the system Python
@@ -278,6 +279,7 @@ def main():
         _common.TC_PROGRAM_ARGS, rules=_revisions.module_rules(_bcc.MODULE_RULES), prepare=prepare,
         work=lambda params, check_mode, _module: _converge.converge_interface(params, check_mode, TcHook.from_params),
         failure=lambda params: dict(interface=params["interface"], changed=False))
+
 
 if __name__ == "__main__":
     main()

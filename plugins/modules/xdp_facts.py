@@ -164,6 +164,7 @@ ARGUMENT_SPEC = dict(
     rate_interval=dict(type="float", default=0),
     **_common.PIN_ROOT_ARGS)
 
+
 def prepare(module):
     if module.params["rate_interval"] < 0:
         module.fail_json(msg="rate_interval must not be negative")
@@ -183,6 +184,7 @@ def main():
     # Facts change nothing: a missing library is missing, in check mode too.
     _common.run_module(ARGUMENT_SPEC, prepare=prepare, libraries=dict(predicts=False), privileges=("CAP_SYS_ADMIN",),
                        work=read)
+
 
 if __name__ == "__main__":
     main()

@@ -225,6 +225,7 @@ verifier_log_tail:
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bcc, _common, _converge, _revisions
 from ansible_collections.ebpf.xdp.plugins.module_utils._xdp import XdpHook
 
+
 def main():
     _common.run_module(
         _common.XDP_PROGRAM_ARGS, rules=_revisions.module_rules(_bcc.MODULE_RULES),
@@ -232,6 +233,7 @@ def main():
         libraries=dict(pyroute2=False),
         work=lambda params, check_mode, _module: _converge.converge_interface(params, check_mode, XdpHook.from_params),
         failure=lambda params: dict(interface=params["interface"], changed=False))
+
 
 if __name__ == "__main__":
     main()

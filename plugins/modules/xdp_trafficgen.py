@@ -280,6 +280,7 @@ ARGUMENT_SPEC = dict(
     rate=dict(type="int", default=0),
     **_common.INTERFACE_ARGS)
 
+
 def send(params, check_mode, _module):
     result = _trafficgen.generate(_trafficgen.Settings.from_params(params), check_mode=check_mode)
     # Sending is an action, so every run (and, as a prediction, every check-mode run) reports a change.
@@ -289,6 +290,7 @@ def send(params, check_mode, _module):
 def main():
     _common.run_module(ARGUMENT_SPEC, libraries=dict(libbpf=False), work=send,
                        privileges=lambda params: ("CAP_NET_RAW",) + (("CAP_SYS_ADMIN",) if params["netns"] else ()))
+
 
 if __name__ == "__main__":
     main()

@@ -115,4 +115,3 @@ def map_contents(path):
                           for key, value in pinned.items())
     except _bpf.BpfError:
         return None  # a program or a link
-

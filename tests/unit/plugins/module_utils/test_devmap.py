@@ -80,11 +80,11 @@ def test_values_have_the_kernels_layout():
 
 
 def test_the_task_is_normalized_once():
-    wanted = _devmap.Desired.from_params(dict(name="video", id=None, shared_maps=None, state="present",
-                                             members=["p1", "p2", "p1"], addresses=["FF0E::1", "ff0e::1"],
-                                             exclude_ingress=True, exclusive=False, egress_program=None))
-    assert wanted.members == ["p1", "p2"] and wanted.addresses == ["ff0e::1"]
-    assert wanted.shared_maps == _devmap.DEFAULT_SHARED_MAPS
+    desired = _devmap.Desired.from_params(dict(name="video", id=None, shared_maps=None, state="present",
+                                               members=["p1", "p2", "p1"], addresses=["FF0E::1", "ff0e::1"],
+                                               exclude_ingress=True, exclusive=False, egress_program=None))
+    assert desired.members == ["p1", "p2"] and desired.addresses == ["ff0e::1"]
+    assert desired.shared_maps == _devmap.DEFAULT_SHARED_MAPS
     with pytest.raises(GroupError):
         _devmap.Desired.from_params(dict(name=None, id=300))
 

@@ -25,16 +25,11 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
-import traceback
 
 try:
     from pyroute2 import IPRoute
 except ImportError:
-    HAS_PYROUTE2 = False
-    PYROUTE2_IMPORT_ERROR = traceback.format_exc()
-else:
-    HAS_PYROUTE2 = True
-    PYROUTE2_IMPORT_ERROR = None
+    IPRoute = None  # a module needing netlink has failed already, naming pyroute2 (_common.require_libraries)
 
 
 def current_netns() -> tuple[int, int]:

@@ -15,7 +15,7 @@ import sys
 import time
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import (
-    _bpf, _devmap, _hooks, _netlink, _netns, _pins, _session, _tc_hooks, _tc_netlink)
+    _bpf, _devmap, _hooks, _netlink, _netns, _pins, _session, _tc_hooks)
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 # Maps with this name are keyed by IP protocol number (xdp_drop_count, xdp1).
@@ -75,13 +75,13 @@ def hook_entry(observed: _hooks.Observed) -> dict:
     return entry
 
 
-def tc_entries(pin_root: str, key: str, ifname: str, ifindex: int, hook_qdiscs: dict | None = None) -> dict:
+def tc_entries(pin_root: str, key: str, ifname: str, ifindex: int) -> dict:
     """Per direction, every program on the interface's tc hook, in run order, ours or not."""
     out = {}
     for direction in _tc_hooks.TC_DIRECTIONS:
         record = _pins.PinDir.for_hook(pin_root, key, ifname, _pins.hook_dir("tc", direction)).record.read()
         out[direction] = []
-        for entry in _tc_hooks.tc_programs(ifindex, direction, hook_qdiscs):
+        for entry in _tc_hooks.tc_programs(ifindex, direction):
             owned = record if _tc_hooks.tc_owned(entry, record) else None
             found = _still_there(_tc_hooks.observe_tc, entry, direction, owned)
             if found:
@@ -110,13 +110,12 @@ def snapshot(pin_root: str, netns: str | None, wanted: list[str], warnings: list
 def _snapshot(pin_root: str, netns: str | None, wanted: list[str], warnings: list[str] | None) -> dict:
     key = _netns.netns_key(netns)
     out = {}
-    qdiscs = _tc_netlink.hook_qdiscs()  # one dump for every interface
     for iface in _netlink.interfaces():
         name = iface["ifname"]
         if wanted and name not in wanted:
             continue
         prog_id, _mode = _hooks.xdp_live(iface["xdp"])
-        tc = tc_entries(pin_root, key, name, iface["ifindex"], qdiscs)
+        tc = tc_entries(pin_root, key, name, iface["ifindex"])
         if not wanted and not prog_id and not any(tc.values()):
             continue
         entry = {"ifindex": iface["ifindex"], "mac": iface["mac"], "mtu": iface["mtu"],

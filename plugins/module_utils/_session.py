@@ -98,26 +98,24 @@ class Session:
         self.dumps = {}
 
 
-_ACTIVE: list[Session] = []
+_ACTIVE: list[Session] = []  # the open session, if any (never more than one)
 
 
 def active() -> Session | None:
-    return _ACTIVE[-1] if _ACTIVE else None
+    return _ACTIVE[0] if _ACTIVE else None
 
 
 @contextlib.contextmanager
 def host():
     """The run's session; inside one already, that one (a datapath task's items share it)."""
     if _ACTIVE:
-        yield _ACTIVE[-1]
+        yield _ACTIVE[0]
         return
-    session = Session()
-    _ACTIVE.append(session)
+    _ACTIVE.append(Session())
     try:
-        yield session
+        yield _ACTIVE[0]
     finally:
-        _ACTIVE.pop()
-        session.close()
+        _ACTIVE.pop().close()
 
 
 @contextlib.contextmanager

@@ -55,20 +55,19 @@ def act_bpf_available() -> bool:
     return False
 
 
-def tc_programs(ifindex: int, direction: str, hook_qdiscs: dict | None = None) -> list[dict]:
+def tc_programs(ifindex: int, direction: str) -> list[dict]:
     """Every BPF program on one direction of an interface's tc hook, in the order they run.
 
     tcx programs first (the kernel runs them before the clsact qdisc), then
     the clsact filters: cls_bpf, and u32 filters whose action is act_bpf.
     Each: method, prog_id, and link_id (tcx) or priority, handle, verdict, protocol.
-    hook_qdiscs: _tc_netlink.hook_qdiscs(), read once for many interfaces.
     """
     found = []
     if tcx_supported(ifindex):
         hook = _bpf.tcx_query(ifindex, TC_DIRECTIONS[direction])
         found += [{"method": "tcx", "prog_id": prog_id, "link_id": link_id or None}
                   for prog_id, link_id in zip(hook["prog_ids"], hook["link_ids"])]
-    for tc_filter in _tc_netlink.filters(ifindex, direction, hook_qdiscs):
+    for tc_filter in _tc_netlink.filters(ifindex, direction):
         if tc_filter["prog_id"]:
             found.append({"method": "cls_bpf" if tc_filter["kind"] == "bpf" else "act_bpf",
                           "prog_id": tc_filter["prog_id"], "priority": tc_filter["prio"],

@@ -306,20 +306,14 @@ def _hook_qdiscs(ipr, what: str) -> dict[int, str | None]:
     return kinds
 
 
-def _qdisc_kind(ipr, ifindex: int, what: str, hook_qdiscs: dict | None = None) -> str | None:
+def _qdisc_kind(ipr, ifindex: int, what: str) -> str | None:
     # The kernel dumps every qdisc of the namespace (a get of one would do, but pyroute2 0.7 never sees its
-    # answer): many interfaces share one dump (hook_qdiscs) rather than each taking its own.
-    kinds = _hook_qdiscs(ipr, what) if hook_qdiscs is None else hook_qdiscs
+    # answer): within a host session (_session) many interfaces share one dump.
+    kinds = _hook_qdiscs(ipr, what)
     if ifindex not in kinds:
         # Every interface has a root qdisc: none at all means no such interface.
         _check_interface(ipr, ifindex, what)
     return kinds.get(ifindex)
-
-
-def hook_qdiscs() -> dict[int, str | None]:
-    """One dump for many filters() calls: ifindex -> the kind of its hook qdisc (clsact, ingress) or None."""
-    with _socket() as ipr:
-        return _hook_qdiscs(ipr, "read the qdiscs")
 
 
 def qdisc_kind(ifindex: int) -> str | None:
@@ -467,9 +461,8 @@ def _dump_filters(ipr, ifindex: int, direction: str, what: str, prio: int = 0) -
         _fail(what, exc)
 
 
-def _filters(ipr, ifindex: int, direction: str, what: str, prio: int = 0,
-             hook_qdiscs: dict | None = None) -> list[dict]:
-    kind = _qdisc_kind(ipr, ifindex, what, hook_qdiscs)
+def _filters(ipr, ifindex: int, direction: str, what: str, prio: int = 0) -> list[dict]:
+    kind = _qdisc_kind(ipr, ifindex, what)
     if kind is None or (kind == "ingress" and direction == "egress"):
         # No egress hook without clsact: the plain ingress qdisc would answer
         # a dump of ffff:fff3 with its ingress filters.
@@ -478,18 +471,17 @@ def _filters(ipr, ifindex: int, direction: str, what: str, prio: int = 0,
     return [f for f in described if f is not None]
 
 
-def filters(ifindex: int, direction: str, hook_qdiscs: dict | None = None) -> list[dict]:
+def filters(ifindex: int, direction: str) -> list[dict]:
     """Every filter on one direction of the hook, with what identifies the BPF program each one runs.
 
     Each dict has kind, prio, handle, protocol, chain, prog_id, name, tag,
     direct_action (cls_bpf), verdict (act_bpf) and actions; what does not
     apply to a kind is None. A u32 filter's prog_id, name, tag and verdict
-    are those of its first act_bpf action. hook_qdiscs: a hook_qdiscs() answer to reuse.
+    are those of its first act_bpf action.
     """
     _parent(direction)
     with _socket() as ipr:
-        return _filters(ipr, ifindex, direction, "read the %s filters of ifindex %d" % (direction, ifindex),
-                        hook_qdiscs=hook_qdiscs)
+        return _filters(ipr, ifindex, direction, "read the %s filters of ifindex %d" % (direction, ifindex))
 
 
 # ---------------------------------------------------------------- attaching and detaching

@@ -602,6 +602,16 @@ class Fd:
     def pin(self, path: str) -> None:
         _check(lib().bpf_obj_pin(self.fd, path.encode()), "pin %s %s at %s" % (self.kind, self.label, path))
 
+    def identity(self) -> tuple[str, int]:
+        """What the fd refers to, whatever its kind: ("link", id), ("prog", id) or ("map", id), from the
+        kernel's fdinfo (a link's also names its program, so the link is looked for first)."""
+        with open("/proc/self/fdinfo/%d" % self.fd) as handle:
+            fields = dict(line.split(":", 1) for line in handle if ":" in line)
+        for kind in ("link", "prog", "map"):
+            if kind + "_id" in fields:
+                return kind, int(fields[kind + "_id"])
+        raise BpfError("%s %s is not a BPF map, program or link" % (self.kind, self.label))
+
     def _info(self, struct):
         info = struct()
         size = _U32(ctypes.sizeof(info))

@@ -576,6 +576,104 @@ class Converger:
         return attachment
 
 
+class Held:
+    """A hook of ours as it was before a multi-entry run changed it, to put back exactly (see hold).
+
+    While a run holds it, its program lives on whatever the run does to the
+    hook: put_back() puts that very program back (same id), not its revision
+    loaded again, with the pins of its attachment directory and of the map set
+    its record names (the same maps, so their contents, counters included, are
+    the live ones) and its record. A link the run detached cannot come back:
+    the program gets a new one.
+    """
+
+    def __init__(self, params: dict, make_hook: Callable, pins: _pins.PinDir, record: dict, held: dict):
+        self.params = params
+        self.make_hook = make_hook
+        self.pins = pins
+        self.record = record
+        self.held = held  # pin path -> its object (an open fd)
+
+    def close(self) -> None:
+        for obj in self.held.values():
+            obj.close()
+        self.held = {}
+
+    def put_back(self) -> None:
+        params, ifname = self.params, self.params["interface"]
+        try:
+            with _session.host(), _netns.netns(params["netns"]), contextlib.ExitStack() as locks:
+                key = _netns.netns_key(params["netns"])
+                locks.enter_context(_pins.lock(key, ifname))
+                if self.record.get("shared_maps"):
+                    locks.enter_context(_pins.lock(key, _pins.shared_maps_lock(self.record["shared_maps"])))
+                hook = self.make_hook(params, _netns.ifindex(ifname), key)
+                observed = hook.observe()
+                prog = self.held[self.pins.prog_path]
+                record = dict(self.record)
+                fresh_link = False
+                if observed.prog_id != prog.identity()[1]:
+                    _pins.make_dirs(self.pins.directory)  # a removal pruned it; a new link is pinned there
+                    converger = Converger(hook, Desired.from_params(params), check_mode=False, netns_key=key)
+                    attachment = converger._swap(plan_swap(observed, hook.in_place(observed), False), observed, prog)
+                    record.update(attachment.as_record())
+                    fresh_link = attachment.link_id not in (None, self.record.get("link_id"))
+                self._pins_back(skip=self.pins.link_path if fresh_link else None)
+                now = self.pins.record.read()
+                self.pins.record.write(record)
+                _revisions.Keeper(params.get("object_store"), self.pins.record.path).release(now, record)
+        finally:
+            self.close()
+
+    def _pins_back(self, skip: str | None) -> None:
+        """Each held pin where it was, pointing at what it held; in the attachment directory, no other pin.
+        The map set's pins are only put back where they went (with the set): its maps stay the same objects
+        through any upgrade, and its groups have their own put-back."""
+        for path, obj in sorted(self.held.items()):
+            if path == skip:
+                continue
+            if os.path.exists(path):
+                if not path.startswith(self.pins.directory + os.sep):
+                    continue
+                with _bpf.Fd.from_pin(path) as current:
+                    if current.identity() == obj.identity():
+                        continue
+            _pins.make_dirs(os.path.dirname(path))
+            self.pins.replace_pin(obj, path)
+        for base, _dirs, files in os.walk(self.pins.directory):
+            for name in files:
+                path = os.path.join(base, name)
+                if path not in self.held and path != skip:
+                    os.unlink(path)
+
+
+def hold(kind: str, params: dict) -> Held | None:
+    """Before a run changes a hook of ours (kind: xdp, tc; params: its entry as it is now), keep what puts it
+    back: an fd to every pin of its attachment directory and of its map set, and its record. None when the
+    hook has nothing of ours."""
+    with _netns.netns(params["netns"]):
+        pins = _pins.PinDir.for_hook(params["pin_root"], _netns.netns_key(params["netns"]), params["interface"],
+                                     _pins.hook_dir(kind, params.get("direction")))
+        record = pins.record.read()
+        if not record or not os.path.exists(pins.prog_path):
+            return None
+        tops = [pins.directory]
+        if record.get("shared_maps"):
+            tops.append(_pins.shared_maps_dir(params["pin_root"], _netns.netns_key(params["netns"]),
+                                              record["shared_maps"]))
+        held = {}
+        try:
+            for top in tops:
+                for base, _dirs, files in os.walk(top):
+                    for name in files:
+                        held[os.path.join(base, name)] = _bpf.Fd.from_pin(os.path.join(base, name))
+        except Exception:
+            for obj in held.values():
+                obj.close()
+            raise
+        return Held(params, ADAPTERS[kind].from_params, pins, record, held)
+
+
 def absent_without_interface(params: dict, check_mode: bool, make_hook: Callable) -> tuple[dict, list[str]] | None:
     """state: absent for an interface that no longer exists (None when it does).
 

@@ -277,6 +277,11 @@ def plan(state: str, validated: dict, gathered: dict, pin_root: str) -> list[tup
     return steps
 
 
+def _gathered_entry(section: str, params: dict, gathered: dict) -> dict | None:
+    """The gathered entry for the hook params names, if the collection has one there."""
+    return next((entry for entry in gathered[section] if keys_of(section, entry) == keys_of(section, params)), None)
+
+
 def _full(section: str, entry: dict, pin_root: str) -> dict:
     """A gathered entry with its module's defaults, as validate() would give it."""
     _module, spec, rules = SECTIONS[section]
@@ -310,7 +315,8 @@ class Run:
         # Per declared entry, what its module would have returned, with the entry as `item` (the shape of a
         # registered loop's results, which the rollout filters read; `results` itself is Ansible's, for loops).
         self.results: dict[str, list[dict]] = {section: [] for section in SECTIONS}
-        self.journal: list[tuple[str, dict, str]] = []  # (section, params that put it back, what)
+        # (section, what puts it back: the params to converge, or a hook held as it was, what in words)
+        self.journal: list[tuple[str, dict | _converge.Held, str]] = []
 
     def converge(self, section: str, params: dict) -> dict:
         if section == "objects":
@@ -328,13 +334,14 @@ class Run:
     def step(self, section: str, index: int | None, params: dict, gathered: dict) -> None:
         label = where(section, index) if index is not None else "%s (not declared)" % describe(
             section, keys_of(section, params)[0])
+        held = None if self.check_mode else self._hold(section, params, gathered)
         try:
             result = self.converge(section, params)
             if result.get("changed"):
                 self.changes.append({"entry": label, "section": section, "state": params.get("state", "present"),
                                      "diff": result.get("diff")})
                 if not self.check_mode:
-                    undo = self._undo(section, params, result, gathered)
+                    undo, held = held or self._undo(section, params, result, gathered), None
                     if undo is not None:
                         what = label if index is None else "%s (%s)" % (
                             label, describe(section, keys_of(section, params)[0]))
@@ -346,18 +353,27 @@ class Run:
             if isinstance(exc, _common.KNOWN_ERRORS):
                 raise ItemError("%s: %s" % (label, exc), put_back) from exc
             raise  # a bug: it keeps its traceback
+        finally:
+            if held:
+                held.close()
         if index is not None:
             self.results[section].append(dict(result, item={k: v for k, v in params.items() if k != "pin_root"}))
 
+    def _hold(self, section: str, params: dict, gathered: dict) -> _converge.Held | None:
+        """For a hook of ours that this step may change: what puts it back as it is (its program, same id)."""
+        before = _gathered_entry(section, params, gathered) if section in HOOKS else None
+        return _converge.hold(section, _full(section, before, self.pin_root)) if before else None
+
     def _undo(self, section: str, params: dict, result: dict, gathered: dict) -> dict | None:
-        """The params that put back what this step changed (None: nothing to put back, such as an object file)."""
+        """The params that put back what this step changed (None: nothing to put back, such as an object file);
+        a hook that had a program of ours is held instead (_hold)."""
         if section in HOOKS:
-            before = [entry for entry in gathered[section] if keys_of(section, entry) == keys_of(section, params)]
+            before = _gathered_entry(section, params, gathered)
             if params["state"] == "absent":
-                return _full(section, before[0], self.pin_root) if before else None
+                return _full(section, before, self.pin_root) if before else None
             if not before:
                 return _absent(section, params, self.pin_root)
-            # Atomically, maps kept: what the role's rollback entry point does too.
+            # A record whose program was gone (nothing to hold): its previous revision, maps kept.
             return dict(params, revision=_revisions.PREVIOUS, constants={},
                         **dict.fromkeys(set(_revisions.PROGRAM_OPTIONS) - {"constants"}))
         if section == "devmap_groups":
@@ -374,12 +390,22 @@ class Run:
                         entries=[{"key": e["key"], "value": e["value"]} for e in earlier if "value" in e])
         return None
 
+    def forget(self) -> None:
+        """The run is over: let go of the hooks held for a put-back."""
+        for _section, undo, _label in self.journal:
+            if isinstance(undo, _converge.Held):
+                undo.close()
+        self.journal = []
+
     def put_back(self) -> list[str]:
         """Undo the journal in reverse; what was put back (or could not be), in words."""
         said = []
-        for section, params, label in reversed(self.journal):
+        for section, undo, label in reversed(self.journal):
             try:
-                self.converge(section, params)
+                if isinstance(undo, _converge.Held):
+                    undo.put_back()
+                else:
+                    self.converge(section, undo)
                 said.append("%s: put back" % label)
             except Exception as exc:  # pylint: disable=broad-except
                 said.append("%s: could not be put back: %s" % (label, exc))
@@ -397,9 +423,14 @@ def run(params: dict, check_mode: bool, run_command, find_clang) -> tuple[dict, 
     if state == "gathered":
         return dict(changed=False, gathered=before, namespaces=namespaces), []
     job = Run(pin_root, check_mode, run_command, find_clang)
-    with _session.host():  # every entry reads the host through one session
-        for section, index, step_params in plan(state, validated, before, pin_root):
-            job.step(section, index, copy.deepcopy(step_params), before)
+    # Every entry reads the host through one session; the object store lets go of a revision's object only
+    # once the run is over (a put-back may need it again).
+    with _session.host(), _revisions.releases_deferred():
+        try:
+            for section, index, step_params in plan(state, validated, before, pin_root):
+                job.step(section, index, copy.deepcopy(step_params), before)
+        finally:
+            job.forget()
     after = before if not job.changes else (predict(before, job.changes) if check_mode else
                                             gather(pin_root, namespaces))
     result = dict(changed=bool(job.changes), before=before, after=after, changes=job.changes,

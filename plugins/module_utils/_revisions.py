@@ -269,7 +269,11 @@ class ObjectStore:
             handle.write(owner)
 
     def release(self, digests, owner: str) -> None:
-        """The record at `owner` no longer needs `digests`: drop its references and collect the store."""
+        """The record at `owner` no longer needs `digests`: drop its references and collect the store (at the
+        end of releases_deferred, within one)."""
+        if _deferred is not None:
+            _deferred.append((self, set(digests), owner))
+            return
         if not os.path.isdir(self.directory):
             return
         with self._locked():
@@ -325,6 +329,32 @@ def _still_referenced(ref_path: str, digest: str, deep: bool) -> bool:
         return digest in referenced(_pins.Record(owner).read())
     except (EbpfXdpError, OSError):
         return True  # unreadable now: keep the object rather than lose a revision
+
+
+# The releases waiting for the end of releases_deferred (None outside it).
+_deferred: list[tuple[ObjectStore, set[str], str]] | None = None
+
+
+@contextlib.contextmanager
+def releases_deferred() -> Iterator[None]:
+    """Within: the store lets go of nothing until the end, and then only of what each owner's record, read
+    then, no longer names. A run that puts records back after a failure (datapath's) thereby keeps the
+    objects of the revisions it put back, which an upgrade on the way had released."""
+    global _deferred  # pylint: disable=global-statement
+    if _deferred is not None:
+        yield  # an outer one releases
+        return
+    _deferred = []
+    try:
+        yield
+    finally:
+        waiting, _deferred = _deferred, None
+        for store, digests, owner in waiting:
+            try:
+                still = referenced(_pins.Record(owner).read())
+            except (EbpfXdpError, OSError):
+                continue  # unreadable now: keep the objects rather than lose a revision
+            store.release(digests - still, owner)
 
 
 class Keeper:

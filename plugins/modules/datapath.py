@@ -19,10 +19,12 @@ description:
     for the task.
   - Items are converged by the same code as their modules, in this order - objects, XDP programs, tc
     programs, groups, map entries; whatever O(state) removes goes after every addition and change.
-  - When an item fails, what the run had changed already is put back in reverse order (an upgraded
-    program returns to its previous revision, atomically and with its maps; a new one goes; a removed one
-    is attached again from its record, with new maps; a group gets its members back; a map its values),
-    and the task fails naming the entry, for example C(config.tc[2]), and listing what was put back.
+  - When an item fails, what the run had changed already is put back in reverse order (an upgraded or
+    removed program returns as the very program it was - the same program id, atomically where the hook
+    allows, with the same maps and their counts, its record and revisions as they were; a removed
+    program held by a link gets a new link; a new one goes; a group gets its members back; a map its
+    values), and the task fails naming the entry, for example C(config.tc[2]), and listing what was put
+    back.
   - Two entries for one hook, one group, one map or one object file are an error before anything changes.
 author:
   - ebpf.xdp developers (@ebpf-xdp)

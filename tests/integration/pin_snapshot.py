@@ -18,12 +18,13 @@ LOCK_DIR = _pins.LOCK_DIR
 TCX = {"tcx_ingress": _bpf.BPF_TCX_INGRESS, "tcx_egress": _bpf.BPF_TCX_EGRESS}
 
 
-def snapshot(where):
-    """The host as the cases must leave it, as JSON-comparable data."""
+def snapshot(where, pins_by_object=False):
+    """The host as the cases must leave it, as JSON-comparable data. pins_by_object: each pin by the object it
+    holds, not by its inode (for a put-back, which may pin the same program or map again)."""
     return {"programs": {ns: programs(ns) for ns in where["namespaces"]},
             "qdiscs": {ns: qdiscs(ns) for ns in where["namespaces"]},
             "modules": kernel_modules(),
-            "pins": tree(where["pin_root"], pinned=True),
+            "pins": tree(where["pin_root"], pinned="by object" if pins_by_object else True),
             "locks": {ns: tree(os.path.join(LOCK_DIR, ns)) for ns in where["namespaces"]},
             "objects": tree(where["objects"]), "cache": tree(where["cache"])}
 
@@ -93,19 +94,35 @@ def json_of(*argv):
 
 def tree(top, pinned=False):
     """Every path under top with its mode and inode (a pin made again is another inode); on bpffs the entries
-    of every pinned map and record too."""
+    of every pinned map and record too. pinned="by object": a pin by what it holds instead of its inode (a
+    link by its program: a link made again for the same program is another link) and a directory by its mode."""
     found = {}
     for base, dirs, files in os.walk(top):
         for name in dirs + files:
             path = os.path.join(base, name)
             st = os.lstat(path)
             entry = [st.st_mode, st.st_ino]
+            if pinned == "by object":
+                entry = [st.st_mode, pinned_object(path) if name in files else None]
+                if name == "owner":  # an ownership record: it names the link, another one if made again
+                    found[os.path.relpath(path, top)] = entry + [dict(_pins.Record(path).read(), link_id=None)]
+                    continue
             if pinned and name in files:
                 entry.append(map_contents(path))
             elif not pinned:
                 entry.append(st.st_size)
             found[os.path.relpath(path, top)] = entry
     return found
+
+
+def pinned_object(path):
+    """What a pin holds: ("prog", id), ("map", id), or a link as ("link to prog", its program's id)."""
+    with _bpf.Fd.from_pin(path) as pinned:
+        kind, ident = pinned.identity()
+    if kind == "link":
+        with _bpf.Link.from_pin(path) as link:
+            return ["link to prog", link.info()["prog_id"]]
+    return [kind, ident]
 
 
 def map_contents(path):

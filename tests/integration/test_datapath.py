@@ -168,42 +168,44 @@ def test_a_failing_entry_puts_back_what_the_run_changed(run_distro, switch, mcas
     assert res.get("failed") and res["msg"].startswith("config.xdp[2]: "), res
     assert res["put_back"] == ["config.xdp[1] (the XDP hook of p2 in netns %s): put back" % ports.sw,
                                "config.xdp[0] (the XDP hook of p0 in netns %s): put back" % ports.sw], res
-    after = ids(ports)
-    # p1 was never touched; p2 is bare again; p0 is back on its previous revision: the same program (tag), loaded
-    # again (a new id), in the same mode, with the same maps.
-    assert after[1:] == before[1:] and after[2] == {}, (before, after)
-    assert list(after[0]) == ["generic"] and tag(after[0]["generic"]) == before_tag, (before, after)
+    # p1 was never touched; p2 is bare again; p0 has its program back: the very program (its id), in the same mode.
+    assert ids(ports) == before and before[2] == {}, (before, ids(ports))
+    assert tag(before[0]["generic"]) == before_tag
     again = run_distro("datapath", {"config": first})
     assert again["changed"] is False, again
 
 
 @pytest.mark.quiet  # snapshots of the whole host
 def test_a_fault_after_each_change_leaves_the_host_as_it_was(switch, mcast_obj, tc_obj, pin_root, tmp_path):  # noqa
-    """A run of five changes (two new XDP programs, a new tc filter, a group's members, a new group) made to
-    fail right after its first, second, ... fifth change: each time the host is as before the run, by the
-    bad-input snapshot (program ids, the pin tree with inodes, every pinned map's bytes) and tc's qdiscs."""
+    """An overridden run of seven changes (an upgrade of p0's program, two new XDP programs, a new tc filter, a
+    group's members, a new group, p3's program no longer declared) made to fail right after its first, second,
+    ... seventh change: each time the host is as before the run, by the bad-input snapshot (program ids, every
+    pin by the object it holds, every pinned map's bytes) and tc's qdiscs: the upgraded and the removed
+    programs are back with their ids, their maps the same maps, and the object store keeps their revisions."""
     ports, _hosts = switch
     direct = ModuleRunner(VENV_PYTHON, pin_root)
-    start = {"xdp": [program(ports, 0, mcast_obj)], "devmap_groups": [group(ports, "one", [1], ONE)]}
+    store = str(tmp_path / "store")
+    start = {"xdp": [dict(program(ports, port, mcast_obj), object_store=store) for port in (0, 3)],
+             "devmap_groups": [group(ports, "one", [1], ONE)]}
     res = direct("datapath", {"config": start, "pin_root": pin_root})
     assert res["changed"] and not res.get("failed"), res
-    where = {"namespaces": [ports.sw], "pin_root": pin_root, "objects": str(tmp_path / "none"),
-             "cache": str(tmp_path / "none")}
-    before = pin_snapshot.snapshot(where)
+    where = {"namespaces": [ports.sw], "pin_root": pin_root, "objects": store, "cache": str(tmp_path / "none")}
+    before = pin_snapshot.snapshot(where, pins_by_object=True)
     qdiscs = sh("tc", "-n", ports.sw, "qdisc", "show").stdout
-    config = {"xdp": [program(ports, port, mcast_obj) for port in range(3)],
+    config = {"xdp": [dict(program(ports, 0, mcast_obj), object_store=store, constants={"default_group": 1})] +
+              [dict(program(ports, port, mcast_obj), object_store=store) for port in (1, 2)],
               "tc": [dict(interface="p3", netns=ports.sw, object=tc_obj, program="tc_drop_count", method="cls_bpf")],
               "devmap_groups": [group(ports, "one", [1, 2], ONE), group(ports, "two", [2], TWO)]}
-    for n in range(1, 6):
-        res = direct("datapath", {"config": config, "pin_root": pin_root},
-                     env={_datapath.FAULT_AFTER_ENV: str(n)})
+    args = {"state": "overridden", "config": config, "pin_root": pin_root, "namespaces": [ports.sw]}
+    for n in range(1, 8):
+        res = direct("datapath", args, env={_datapath.FAULT_AFTER_ENV: str(n)})
         assert res.get("failed") and "fault injected after change %d" % n in res["msg"], (n, res)
         assert len(res["put_back"]) == n and all(s.endswith(": put back") for s in res["put_back"]), (n, res)
-        after = pin_snapshot.snapshot(where)
+        after = pin_snapshot.snapshot(where, pins_by_object=True)
         # The lock files of the interfaces the run touched stay in /run (empty, no state): all else is as it was.
         assert dict(after, locks=None) == dict(before, locks=None), (n, after, before)
         assert sh("tc", "-n", ports.sw, "qdisc", "show").stdout == qdiscs, n
-    # Without the fault: the five changes, then nothing to do.
-    res = direct("datapath", {"config": config, "pin_root": pin_root})
-    assert len(res["changes"]) == 5 and not res.get("failed"), res
-    assert direct("datapath", {"config": config, "pin_root": pin_root})["changed"] is False
+    # Without the fault: the seven changes, then nothing to do.
+    res = direct("datapath", args)
+    assert len(res["changes"]) == 7 and not res.get("failed"), res
+    assert direct("datapath", args)["changed"] is False

@@ -21,8 +21,9 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.common.respawn import has_respawned, probe_interpreters_for_module, respawn_module
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bcc, _bpf, _pins
-from ansible_collections.ebpf.xdp.plugins.module_utils._compile import CompileError
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import bcc as _bcc, libbpf as _bpf, pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.host.privileges import BPF_CAPABILITIES, missing_capabilities
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf.compile import CompileError
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 # Documented by doc fragment ebpf.xdp.interface.
@@ -114,7 +115,7 @@ def _require_pyroute2(module, predicts: bool = True) -> None:
     to the system Python when that one has it, as ansible.posix does for selinux.
     """
     # Imported here: a module without netlink queries does not pay pyroute2's import time (~0.1 s).
-    from ansible_collections.ebpf.xdp.plugins.module_utils import _netlink
+    from ansible_collections.ebpf.xdp.plugins.module_utils.host import netlink as _netlink
     if not _netlink.HAS_PYROUTE2 and not has_respawned():
         interpreter = probe_interpreters_for_module(SYSTEM_INTERPRETERS, "pyroute2")
         if interpreter:
@@ -124,24 +125,6 @@ def _require_pyroute2(module, predicts: bool = True) -> None:
             _missing_in_check_mode(module, "pyroute2")
         module.fail_json(msg=missing_required_lib("pyroute2 (Debian: python3-pyroute2)"),
                          exception=_netlink.PYROUTE2_IMPORT_ERROR)
-
-
-CAPABILITIES = {"CAP_NET_ADMIN": 12, "CAP_NET_RAW": 13, "CAP_SYS_ADMIN": 21, "CAP_BPF": 39}
-BPF_CAPABILITIES = ("CAP_BPF", "CAP_NET_ADMIN", "CAP_SYS_ADMIN")
-
-
-def missing_capabilities(needed) -> list[str]:
-    """Names in `needed` that the effective capability set of this process lacks."""
-    try:
-        with open("/proc/self/status") as status:
-            line = [entry for entry in status if entry.startswith("CapEff:")][0]
-        effective = int(line.split()[1], 16)
-    except (OSError, IndexError, ValueError):
-        return []  # cannot tell; let the kernel answer
-    # CAP_SYS_ADMIN still grants what CAP_BPF grants (kernels before 5.8 have only it).
-    if effective & (1 << CAPABILITIES["CAP_SYS_ADMIN"]):
-        effective |= 1 << CAPABILITIES["CAP_BPF"]
-    return [name for name in needed if not effective & (1 << CAPABILITIES[name])]
 
 
 def require_privileges(module, needed=BPF_CAPABILITIES) -> None:

@@ -37,12 +37,17 @@ import os
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import (
-    _bcc, _common, _compile, _converge, _devmap, _map_entry, _netns, _pins, _revisions, _session)
+from ansible_collections.ebpf.xdp.plugins.module_utils import _common
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import bcc as _bcc, compile as _compile
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge, revisions as _revisions
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns, session as _session
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.maps import devmap as _devmap, map_entry as _map_entry
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 # Importing the adapters registers them with the converger (_converge.ADAPTERS).
-from ansible_collections.ebpf.xdp.plugins.module_utils import _xdp  # noqa: F401 pylint: disable=unused-import
-from ansible_collections.ebpf.xdp.plugins.module_utils._tc import TcHook
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import (  # noqa: F401 pylint: disable=unused-import
+    xdp as _xdp)
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.tc import TcHook
 
 STATES = ("merged", "replaced", "overridden", "deleted", "gathered")
 PROGRAM_RULES = _revisions.module_rules(_bcc.MODULE_RULES)

@@ -14,8 +14,11 @@ import errno
 import sys
 import time
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import (
-    _bpf, _devmap, _hooks, _netlink, _netns, _pins, _session, _tc_hooks)
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import (
+    netlink as _netlink, netns as _netns, session as _session)
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import observed as _observed, tc_hooks as _tc_hooks
+from ansible_collections.ebpf.xdp.plugins.module_utils.maps import devmap as _devmap
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 # Maps with this name are keyed by IP protocol number (xdp_drop_count, xdp1).
@@ -64,10 +67,10 @@ def program_maps(map_ids: list[int]) -> tuple[list[dict], dict]:
     return maps, counters
 
 
-def hook_entry(observed: _hooks.Observed) -> dict:
+def hook_entry(observed: _observed.Observed) -> dict:
     """What the facts say of one hook's program: its state, maps and counters."""
     maps, counters = program_maps(observed.map_ids)
-    entry = _hooks.report(observed)
+    entry = _observed.report(observed)
     entry.update(maps=maps, counters={name: {str(k): v for k, v in sorted(values.items())}
                                       for name, values in counters.items()})
     if PROTOCOL_MAP in counters:
@@ -114,7 +117,7 @@ def _snapshot(pin_root: str, netns: str | None, wanted: list[str], warnings: lis
         name = iface["ifname"]
         if wanted and name not in wanted:
             continue
-        prog_id, _mode = _hooks.xdp_live(iface["xdp"])
+        prog_id, _mode = _observed.xdp_live(iface["xdp"])
         tc = tc_entries(pin_root, key, name, iface["ifindex"])
         if not wanted and not prog_id and not any(tc.values()):
             continue
@@ -122,7 +125,7 @@ def _snapshot(pin_root: str, netns: str | None, wanted: list[str], warnings: lis
                  "stats": iface["stats"], "xdp": None, "tc": tc}
         if prog_id:
             pins = _pins.PinDir.for_hook(pin_root, key, name, "xdp")
-            entry["xdp"] = _still_there(_hooks.observe_xdp, iface["ifindex"], iface["xdp"], pins)
+            entry["xdp"] = _still_there(_observed.observe_xdp, iface["ifindex"], iface["xdp"], pins)
         out[name] = entry
     missing = sorted(set(wanted or ()) - set(out))
     if missing:

@@ -199,7 +199,8 @@ deleted:
   sample: []
 """
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _map_entry
+from ansible_collections.ebpf.xdp.plugins.module_utils import _common
+from ansible_collections.ebpf.xdp.plugins.module_utils.maps import map_entry as _map_entry
 
 
 def converge(params, check_mode, module):

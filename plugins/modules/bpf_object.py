@@ -141,7 +141,8 @@ stderr_lines:
   elements: str
 """
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _compile
+from ansible_collections.ebpf.xdp.plugins.module_utils import _common
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import compile as _compile
 
 
 def main():

@@ -232,7 +232,8 @@ netns:
   type: str
 """
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _devmap
+from ansible_collections.ebpf.xdp.plugins.module_utils import _common
+from ansible_collections.ebpf.xdp.plugins.module_utils.maps import devmap as _devmap
 
 
 def main():

@@ -318,7 +318,8 @@ xmit_mode:
   sample: start_xmit
 """
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _pktgen
+from ansible_collections.ebpf.xdp.plugins.module_utils import _common
+from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import pktgen as _pktgen
 
 ARGUMENT_SPEC = dict(
     cpus=dict(type="list", elements="int", default=[0]),

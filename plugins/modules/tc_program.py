@@ -265,8 +265,10 @@ verifier_log_tail:
   elements: str
 """
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bcc, _common, _converge, _revisions
-from ansible_collections.ebpf.xdp.plugins.module_utils._tc import TcHook
+from ansible_collections.ebpf.xdp.plugins.module_utils import _common
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import bcc as _bcc
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge, revisions as _revisions
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.tc import TcHook
 
 
 def prepare(module):

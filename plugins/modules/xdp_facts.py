@@ -156,7 +156,8 @@ ansible_facts:
                 egress: []
 """
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _facts, _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _facts
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
 
 ARGUMENT_SPEC = dict(
     interfaces=dict(type="list", elements="str", default=[]),

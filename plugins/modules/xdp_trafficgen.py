@@ -257,7 +257,8 @@ tx_dropped:
   sample: 0
 """
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _trafficgen
+from ansible_collections.ebpf.xdp.plugins.module_utils import _common
+from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import trafficgen as _trafficgen
 
 ARGUMENT_SPEC = dict(
     engine=dict(type="str", choices=list(_trafficgen.ENGINES), default="auto"),

@@ -41,7 +41,7 @@ INCLUDE = os.path.join(ROOT, "files", "bpf", "include")
 LOAD_ONLY = """
 import sys, time
 sys.path.insert(0, %(collections)r)
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bcc, _loader
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import bcc as _bcc, loader as _loader
 start = time.monotonic()
 with _bcc.load(%(source)r, "xdp_drop_count", "xdp", ["-DXDP_ACTION=%(action)d"], %(headers)r):
     bcc = time.monotonic() - start

@@ -52,7 +52,8 @@ ATTACH = """
 """
 
 sys.path.insert(0, COLLECTIONS)
-from ansible_collections.ebpf.xdp.plugins.module_utils import _compile  # noqa: E402 pylint: disable=wrong-import-position
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import (  # noqa: E402 pylint: disable=wrong-import-position
+    compile as _compile)
 
 
 def sh(*argv):

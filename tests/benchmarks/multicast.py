@@ -52,7 +52,9 @@ from harness.ansible_cli import ROOT, module, playbook, write_play
 
 ansible_cli.import_module_utils()
 # pylint: disable-next=wrong-import-position
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _facts, _netns  # noqa: E402
+from ansible_collections.ebpf.xdp.plugins.module_utils import _facts  # noqa: E402
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf  # noqa: E402
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns  # noqa: E402
 
 OBJECTS = "/var/lib/ebpf_xdp/bench"
 PIN_ROOT = "/sys/fs/bpf/ebpf_xdp"

@@ -78,7 +78,7 @@ def pair(name_a, argv_a, name_b, argv_b, rounds, before_a=None):
 def compile_in_process(iterations):
     """The compile layer alone, without Ansible's per-task start-up cost."""
     sys.path.insert(0, os.path.join(ROOT, ".build", "collections"))
-    from ansible_collections.ebpf.xdp.plugins.module_utils import _compile
+    from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import compile as _compile
 
     def run_command(argv):
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)

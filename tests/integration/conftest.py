@@ -7,7 +7,7 @@ module directly, the way ansible-core documents for debugging a module
 diff mode, without the ~1.5 s of a controller per run. What only Ansible does
 (AnsiballZ packaging, respawn under another interpreter, connection plugins,
 roles) is tested through `ansible` and `ansible-playbook` (ModuleRunner's
-via_ansible, test_playbooks, test_rollout, test_vm, molecule), and
+via_ansible, test_lab, test_rollout, test_vm, molecule), and
 test_module_runner shows that both ways return the same result.
 """
 
@@ -23,7 +23,7 @@ import pytest
 
 import ansible
 import kernel_features
-from ansible_collections.ebpf.xdp.plugins.module_utils import _compile
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import compile as _compile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BPF_DIR = os.path.join(ROOT, "files", "bpf")
@@ -53,7 +53,6 @@ def pytest_configure(config):
                             "(make integration-quiet)")
     config.addinivalue_line("markers", "kernel_either(feature): the test asserts what the kernel does with and "
                             "without a feature of kernel_features.PROBES itself (it reads the table)")
-    config.addinivalue_line("markers", "xdist_group(name): pytest-xdist runs a group's tests on one worker")
 
 
 def pytest_sessionstart(session):
@@ -104,15 +103,14 @@ def features():
     return kernel_features.features()
 
 
-# Files whose tests use the same host state: the lab's fixed namespaces (inventories/lab).
-SHARED_GROUPS = {"test_lab.py": "the lab", "test_playbooks.py": "the lab"}
-
-
 def pytest_collection_modifyitems(session, config, items):  # pylint: disable=unused-argument
     """The VM tests last: the VM, booted once for them, keeps a CPU busy under emulation while it is up, which
     the rate checks of the other tests must not share. With --kernel-dependent, only the tests marked kernel or
-    kernel_either;
-    --vm chooses whether the VM tests run."""
+    kernel_either; --vm chooses whether the VM tests run.
+
+    make integration-shared runs the tests on two workers (pytest-xdist, --dist loadfile): a file's tests run on
+    one worker, in order, with its module fixtures set up once; tests that share fixed host state (the lab's
+    namespaces) are in one file."""
     def keep(item):
         on_vm = "vm" in getattr(item, "fixturenames", ())
         if config.getoption("kernel_dependent") and not any(item.iter_markers("kernel")) and not any(
@@ -120,12 +118,6 @@ def pytest_collection_modifyitems(session, config, items):  # pylint: disable=un
             return False
         return {"with": True, "without": not on_vm, "only": on_vm}[config.getoption("vm")]
 
-    for item in items:
-        # make integration-shared runs the tests on two workers (pytest-xdist, --dist loadgroup): a file is one
-        # group, so its fixtures are set up once, and files that share host state are one group.
-        if not any(item.iter_markers("xdist_group")):
-            name = os.path.basename(str(item.fspath))
-            item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(name, name)))
     dropped = [item for item in items if not keep(item)]
     if dropped:
         config.hook.pytest_deselected(items=dropped)

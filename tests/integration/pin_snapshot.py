@@ -12,7 +12,8 @@ import json
 import os
 import subprocess
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _netns, _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, pins as _pins
 
 LOCK_DIR = _pins.LOCK_DIR
 TCX = {"tcx_ingress": _bpf.BPF_TCX_INGRESS, "tcx_egress": _bpf.BPF_TCX_EGRESS}

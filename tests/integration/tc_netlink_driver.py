@@ -23,8 +23,9 @@ from importlib.metadata import version  # noqa: E402
 
 from pyroute2 import IPRoute  # noqa: E402
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _loader, _netns  # noqa: E402
-from ansible_collections.ebpf.xdp.plugins.module_utils import _tc_netlink as tc  # noqa: E402
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import loader as _loader  # noqa: E402
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns  # noqa: E402
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import tc_netlink as tc  # noqa: E402
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError  # noqa: E402
 
 RTNLGRP_TC = 4

@@ -10,7 +10,8 @@ import os
 import pytest
 
 from conftest import compile_bpf
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _loader, _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, loader as _loader
 
 TC_PROGRAMS = r"""
 #include <linux/bpf.h>

@@ -10,7 +10,9 @@ import pytest
 from conftest import BPF_DIR, assert_rhythm, compile_bpf
 from test_tc_redirect_programs import eventually
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _facts, _loader, _netns, _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils import _facts
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, loader as _loader, pins as _pins
 
 BPF_MAP_TYPE_HASH, BPF_MAP_TYPE_DEVMAP = 1, 14
 

@@ -18,7 +18,9 @@ from conftest import BPF_DIR, VENV_PYTHON, ModuleRunner, assert_rhythm, sh, xdp_
 from test_devmap_group import mcast_obj  # noqa: F401  # pylint: disable=unused-import
 from test_multicast_programs import Ports, counting_hosts, udp_to
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _datapath, _facts, _frames, _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils import _datapath, _facts
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames
 
 SET = "mc"
 ONE, ONE_MAC = "239.1.1.1", "01:00:5e:01:01:01"

@@ -26,7 +26,11 @@ from conftest import BPF_DIR, ROOT, SYSTEM_PYTHON, VENV_PYTHON, assert_rhythm, c
 from test_multicast_programs import BROADCAST, Ports, arp_broadcast, counting_hosts, sniffer, sources, udp_to
 from test_tc_redirect_programs import eventually
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _devmap, _facts, _frames, _netns, _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils import _facts
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames
+from ansible_collections.ebpf.xdp.plugins.module_utils.maps import devmap as _devmap
 
 SET = "multicast"
 V4, V4_MAC = "239.1.1.1", "01:00:5e:01:01:01"

@@ -22,7 +22,9 @@ from test_tc_redirect_programs import eventually
 from test_xdp_program import pins
 from test_zero_loss import direct, drop_v2, tc_v2  # noqa: F401  # pylint: disable=unused-import
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _converge, _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge
 
 POINTS = ["after_load", "after_attach", "after_pin", "before_record"]
 

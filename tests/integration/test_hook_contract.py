@@ -15,8 +15,11 @@ import pytest
 
 from conftest import sh
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _converge, _datapath, _loader, _netns
-from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import HELD_BY_LINK
+from ansible_collections.ebpf.xdp.plugins.module_utils import _datapath
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import loader as _loader
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.observed import HELD_BY_LINK
 
 CASES = [
     pytest.param("xdp", {"mode": "native"}, id="xdp-native"),

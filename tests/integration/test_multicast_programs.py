@@ -22,7 +22,10 @@ import pytest
 from conftest import BPF_DIR, compile_bpf, sh
 from test_tc_redirect_programs import eventually, rx_packets
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _facts, _frames, _loader, _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils import _facts
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, loader as _loader
+from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames
 
 XDP_PASS, XDP_REDIRECT = 2, 4
 MODES = {"native": _bpf.XDP_FLAGS_DRV_MODE, "generic": _bpf.XDP_FLAGS_SKB_MODE}

@@ -49,7 +49,8 @@ def test_the_artifact_carries_what_users_need_and_no_development_tree(artifact):
                     or n.split("/")[0] in DEVELOPMENT)
     assert not leaked, leaked
     wanted = [os.path.relpath(p, ROOT) for pattern in (
-        "plugins/modules/*.py", "plugins/module_utils/*.py", "plugins/doc_fragments/*.py", "plugins/connection/*.py",
+        "plugins/modules/*.py", "plugins/module_utils/*.py", "plugins/module_utils/*/*.py", "plugins/doc_fragments/*.py",
+        "plugins/connection/*.py",
         "plugins/filter/*.py", "roles/*/meta/argument_specs.yml", "roles/*/tasks/main.yml", "playbooks/*.yml",
         "files/bpf/*.bpf.c", "files/bpf/include/*.h") for p in glob.glob(os.path.join(ROOT, pattern))]
     wanted += ["meta/runtime.yml", "meta/execution-environment.yml", "requirements.txt", "bindep.txt",

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import BPF_DIR, SYSTEM_PYTHON, ModuleRunner, assert_rhythm, sh
 from kernel_features import needs
-from ansible_collections.ebpf.xdp.plugins.module_utils import _compile
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import compile as _compile
 
 SOURCE = r"""
 #include <linux/bpf.h>

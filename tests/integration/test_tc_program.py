@@ -16,8 +16,10 @@ from conftest import ROOT, SYSTEM_PYTHON, assert_rhythm, sh
 from kernel_features import needs
 from test_xdp_program import BAD_PROGRAM, compile_c, pins
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _converge, _datapath, _session
-from ansible_collections.ebpf.xdp.plugins.module_utils._tc import TcHook
+from ansible_collections.ebpf.xdp.plugins.module_utils import _datapath
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import session as _session
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.tc import TcHook
 
 TC_OK, TC_SHOT = 0, 2
 METHODS = [needs("tcx", "tcx"), "cls_bpf"]

@@ -19,7 +19,10 @@ import pytest
 from conftest import BPF_DIR, compile_bpf, sh
 from test_xdp_drop_count import MACS, ipv6_frame, qinq
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _facts, _frames, _loader, _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils import _facts
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, loader as _loader
+from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames
 
 TC_ACT_UNSPEC, TC_ACT_OK, TC_ACT_SHOT, TC_ACT_REDIRECT = -1, 0, 2, 7
 PROGRAMS = ["redirect_xmit", "redirect_ingress", "clone_redirect_xmit", "tc_drop_count"]

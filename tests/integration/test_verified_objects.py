@@ -10,7 +10,7 @@ import pytest
 import pin_snapshot
 from conftest import BPF_DIR, assert_rhythm, xdp_attached
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins
 
 
 @pytest.fixture

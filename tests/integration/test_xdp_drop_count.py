@@ -8,7 +8,9 @@ import struct
 
 import pytest
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _facts, _frames, _loader
+from ansible_collections.ebpf.xdp.plugins.module_utils import _facts
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import loader as _loader
+from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames
 
 XDP_DROP, XDP_PASS = 1, 2
 MACS = "02:00:00:00:00:02", "02:00:00:00:00:01"

@@ -6,7 +6,8 @@ import time
 import pytest
 
 from conftest import ROOT, SYSTEM_PYTHON
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _facts
+from ansible_collections.ebpf.xdp.plugins.module_utils import _facts
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
 
 UDP = 17
 

@@ -19,8 +19,10 @@ import struct
 import pytest
 
 from conftest import BPF_DIR, Pair, compile_bpf, sh
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _facts, _frames, _loader, _netlink, _netns
-from ansible_collections.ebpf.xdp.plugins.module_utils import _trafficgen
+from ansible_collections.ebpf.xdp.plugins.module_utils import _facts
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netlink as _netlink, netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, loader as _loader
+from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames, trafficgen as _trafficgen
 
 SIOCETHTOOL = 0x8946
 ETHTOOL_SGRO = 0x2C

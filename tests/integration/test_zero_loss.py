@@ -38,7 +38,11 @@ from test_devmap_group import V4, V4_MAC, mcast_obj, switch  # noqa: F401  # pyl
 from test_tc_program import TC_SHOT
 from test_xdp_trafficgen_engine import set_gro, tg_obj  # noqa: F401  # pylint: disable=unused-import
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _facts, _hooks, _loader, _netns, _trafficgen
+from ansible_collections.ebpf.xdp.plugins.module_utils import _facts
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, loader as _loader
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import observed as _observed
+from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import trafficgen as _trafficgen
 
 # Every test here measures rates, or a gap in time against the module's report: with nothing else beside it.
 pytestmark = pytest.mark.quiet
@@ -348,7 +352,7 @@ def dropping_hosts(sw, drop_obj, stack):
         for port, loaded in enumerate(sw.hosts):
             dropping.append(stack.enter_context(
                 _loader.load(drop_obj, "xdp_drop_count", "xdp", {"xdp_action": XDP_DROP})))
-            link_id = _hooks.find_link(_netns.ifindex("h%d" % port), loaded.program.info()["id"], "xdp")
+            link_id = _observed.find_link(_netns.ifindex("h%d" % port), loaded.program.info()["id"], "xdp")
             with _bpf.Link.from_id(link_id) as link:
                 link.update(dropping[-1].program)
     return dropping

@@ -247,7 +247,8 @@ def _ns_inode(path: str) -> int | None:
 
 def own_namespace() -> tuple[str, str | None]:
     """(key, path that names it) of the namespace this process runs in; path None when nothing names it."""
-    from ansible_collections.ebpf.xdp.plugins.module_utils import _netns  # pylint: disable=import-outside-toplevel
+    from ansible_collections.ebpf.xdp.plugins.module_utils.host import (  # pylint: disable=import-outside-toplevel
+        netns as _netns)
     key = _netns.netns_key()
     if key == HOST_KEY:
         return key, None
@@ -488,7 +489,10 @@ def check_environment(config: dict) -> None:
     """What must hold before the exporter runs: its libraries, bpffs at the pin root, a writable textfile dir."""
     _client()
     try:
-        from ansible_collections.ebpf.xdp.plugins.module_utils import _facts, _netlink, _pins  # noqa: F401 pylint: disable=import-outside-toplevel,unused-import
+        # pylint: disable=import-outside-toplevel,unused-import
+        from ansible_collections.ebpf.xdp.plugins.module_utils import _facts  # noqa: F401
+        from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins
+        from ansible_collections.ebpf.xdp.plugins.module_utils.host import netlink as _netlink
     except (ImportError, OSError) as exc:
         raise ConfigError("the collection's module_utils cannot be loaded with %s: %s" % (sys.executable, exc))
     if not _netlink.HAS_PYROUTE2:
@@ -542,7 +546,8 @@ def stale(config: dict, config_path: str) -> bool:
     module_utils = os.path.join(here, "ansible_collections", "ebpf", "xdp", "plugins", "module_utils")
     paths = [os.path.realpath(__file__), config_path]
     with contextlib.suppress(OSError):
-        paths += [os.path.join(module_utils, name) for name in os.listdir(module_utils) if name.endswith(".py")]
+        paths += [os.path.join(base, name) for base, _dirs, names in os.walk(module_utils)
+                  for name in names if name.endswith(".py")]
     newest = 0.0
     for path in paths:
         with contextlib.suppress(OSError):

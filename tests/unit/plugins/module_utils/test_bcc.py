@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bcc
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import bcc as _bcc
 
 
 def tree(root, files):

@@ -2,7 +2,7 @@
 
 import os
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _compile
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import compile as _compile
 
 
 def test_parse_depfile_with_continuations_and_spaces():

@@ -9,11 +9,11 @@ import contextlib
 
 import pytest
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _converge
-from ansible_collections.ebpf.xdp.plugins.module_utils._converge import (
-    ATTACH, CLEAR_STALE, DETACH, DETACH_FOREIGN, LOAD, NOTHING, RECORD_ONLY, REATTACH, REFUSE_FOREIGN, REPLACE,
-    UPDATE_LINK, Converger, Desired, plan_absent, plan_present, plan_swap)
-from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import (
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.converge import (
+    ATTACH, CLEAR_STALE, Converger, DETACH, DETACH_FOREIGN, Desired, LOAD, NOTHING, REATTACH, RECORD_ONLY,
+    REFUSE_FOREIGN, REPLACE, UPDATE_LINK, plan_absent, plan_present, plan_swap)
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.observed import (
     Attachment, HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed)
 
 NOTHING_THERE = Observed()

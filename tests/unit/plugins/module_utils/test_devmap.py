@@ -4,8 +4,9 @@ import struct
 
 import pytest
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _devmap, _pins
-from ansible_collections.ebpf.xdp.plugins.module_utils._devmap import GroupError
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.maps import devmap as _devmap
+from ansible_collections.ebpf.xdp.plugins.module_utils.maps.devmap import GroupError
 
 
 @pytest.mark.parametrize("given, normal", [

@@ -5,7 +5,7 @@ import struct
 
 import pytest
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _frames
+from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames
 
 
 def ip_header(frame, offset=14):

@@ -7,8 +7,10 @@ import json
 
 import pytest
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _converge, _datapath, _pins
-from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import Observed
+from ansible_collections.ebpf.xdp.plugins.module_utils import _datapath
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.observed import Observed
 
 from .test_converge import FakeHook
 

@@ -4,8 +4,9 @@ import struct
 
 import pytest
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _map_entry, _netns
-from ansible_collections.ebpf.xdp.plugins.module_utils._map_entry import MapEntryError
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.maps import map_entry as _map_entry
+from ansible_collections.ebpf.xdp.plugins.module_utils.maps.map_entry import MapEntryError
 
 # The type table _bpf.map_btf reads for xdp_multicast's mcast_addrs (struct mcast_key -> __u32), trimmed.
 U32 = {6: {"kind": "typedef", "name": "__u32", "type": 7},

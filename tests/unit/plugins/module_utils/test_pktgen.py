@@ -3,7 +3,8 @@ commands they become. The proc protocol itself runs against a real kernel (tests
 
 import pytest
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _cpus, _pktgen
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import cpus as _cpus
+from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import pktgen as _pktgen
 
 # The issue's text (samples/pktgen, pktgen_sample03_burst_single_flow.sh -t 4), one thread's Result.
 ISSUE = ("Result: OK: 11791017(c11788327+d2689) usec, 59622913 (60byte,0frags)\n"

@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _revisions
-from ansible_collections.ebpf.xdp.plugins.module_utils._compile import sha256_file
-from ansible_collections.ebpf.xdp.plugins.module_utils._revisions import (
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import revisions as _revisions
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf.compile import sha256_file
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.revisions import (
     ObjectStore, RevisionError, advance, check_params, module_rules, rollback_params)
 
 

@@ -4,7 +4,7 @@ tests/integration/test_tc_program.py::test_a_first_attach_reads_the_kernel_once)
 
 import pytest
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _session
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import session as _session
 
 
 class FakeSocket:

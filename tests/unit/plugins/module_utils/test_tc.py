@@ -2,8 +2,8 @@
 
 import pytest
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _tc, _tc_hooks
-from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import HELD_BY_NETLINK, HookError, Observed
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import tc as _tc, tc_hooks as _tc_hooks
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.observed import HELD_BY_NETLINK, HookError, Observed
 
 
 def hook(method, priority=None, handle=None, verdict="drop"):

@@ -5,7 +5,8 @@ import struct
 
 import pytest
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _frames, _netdev, _trafficgen
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netdev as _netdev
+from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames, trafficgen as _trafficgen
 
 MACS = "02:00:00:00:00:01", "02:00:00:00:00:02"
 VETH_FEATURES_WITH_PEER_XDP = 0x67  # what 6.18 reports for a veth whose peer has an XDP program

@@ -14,8 +14,8 @@ from __future__ import annotations
 import errno
 import traceback
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _session
-from ansible_collections.ebpf.xdp.plugins.module_utils._netns import NotFoundError
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import session as _session
+from ansible_collections.ebpf.xdp.plugins.module_utils.host.netns import NotFoundError
 
 try:
     from pyroute2.netlink.exceptions import NetlinkError

@@ -35,8 +35,8 @@ import re
 import sys
 import tempfile
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _pins
-from ansible_collections.ebpf.xdp.plugins.module_utils._compile import CompileError
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf.compile import CompileError
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 # bcc's program type constants (BPF.XDP, ...) for the converger's program types.

@@ -42,9 +42,9 @@ import struct
 import traceback
 from typing import NoReturn
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _session
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import session as _session
+from ansible_collections.ebpf.xdp.plugins.module_utils.host.netns import NotFoundError
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
-from ansible_collections.ebpf.xdp.plugins.module_utils._netns import NotFoundError
 
 try:
     from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 # Where programs of each type live in the C source, for the "wrong type" message.

@@ -37,8 +37,10 @@ import socket
 import struct
 import sys
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _frames, _loader, _netdev, _netns, _pins
-from ansible_collections.ebpf.xdp.plugins.module_utils._compile import sha256_file
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netdev as _netdev, netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, loader as _loader, pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf.compile import sha256_file
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 # The layout of files/bpf/include/mcast_groups.h.

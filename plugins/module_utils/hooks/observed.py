@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _pins, _revisions
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import revisions as _revisions
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 OWNER = "ebpf.xdp"

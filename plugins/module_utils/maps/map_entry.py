@@ -30,7 +30,9 @@ import os
 import re
 import sys
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _frames, _netns, _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 # Map types whose entries this manages: fixed-size keys and values that are data, not file descriptors.

@@ -44,8 +44,8 @@ import os
 import shutil
 from typing import Iterator
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _pins
-from ansible_collections.ebpf.xdp.plugins.module_utils._compile import sha256_file
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf.compile import sha256_file
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 DEFAULT_OBJECT_STORE = "/var/lib/ebpf_xdp/revisions"

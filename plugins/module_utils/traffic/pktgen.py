@@ -49,7 +49,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _cpus, _frames, _netns, _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import cpus as _cpus, netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 PROC_DIR = "/proc/net/pktgen"

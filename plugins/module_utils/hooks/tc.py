@@ -27,9 +27,10 @@ from __future__ import annotations
 import os
 import platform
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _pins, _tc_hooks, _tc_netlink
-from ansible_collections.ebpf.xdp.plugins.module_utils._converge import HookAdapter, register
-from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import (
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import tc_hooks as _tc_hooks, tc_netlink as _tc_netlink
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.converge import HookAdapter, register
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.observed import (
     Attachment, HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed)
 
 FILTER_KINDS = {"cls_bpf": "bpf", "act_bpf": "u32"}

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import errno
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _hooks, _pins
-from ansible_collections.ebpf.xdp.plugins.module_utils._converge import HookAdapter, register
-from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import (
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import observed as _observed
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.converge import HookAdapter, register
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.observed import (
     Attachment, HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed)
 
 MODE_FLAGS = {"native": _bpf.XDP_FLAGS_DRV_MODE, "generic": _bpf.XDP_FLAGS_SKB_MODE}
@@ -50,7 +51,7 @@ class XdpHook(HookAdapter):
     # ------------------------------------------------------------ reading and comparing
 
     def observe(self) -> Observed:
-        return _hooks.observe_xdp(self.ifindex, _bpf.xdp_query(self.ifindex), self.pins)
+        return _observed.observe_xdp(self.ifindex, _bpf.xdp_query(self.ifindex), self.pins)
 
     def refuse(self, observed: Observed) -> None:
         if observed.placement == "offload":

@@ -7,7 +7,7 @@
 
 Private to the ebpf.xdp collection: the interface may change without notice.
 
-The hook contract. A hook adapter (XdpHook in _xdp.py, TcHook in _tc.py)
+The hook contract. A hook adapter (XdpHook in hooks/xdp.py, TcHook in hooks/tc.py)
 derives from HookAdapter, whose abstract methods are the contract, and is
 registered under its kind (@register; ADAPTERS, read by ebpf.xdp.datapath
 for its config sections, _pins.HOOK_DIRS for its pin directories). It gives
@@ -19,7 +19,7 @@ the converger:
     name, label, prog_type, pins    pin directory component, name in messages,
                                     program type it runs, its _pins.PinDir
     ifname, ifindex                 the interface it sits on
-    observe() -> Observed           what is attached now (see _hooks)
+    observe() -> Observed           what is attached now (see hooks.observed)
     refuse(observed)                raise for states the collection does not manage
     identity() -> dict              the hook's part of "same program" (requested mode, ...)
     in_place(observed) -> bool      can a new program take the old one's place directly
@@ -49,10 +49,12 @@ import signal
 import time
 from typing import Callable
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import (
-    _bcc, _bpf, _hooks, _loader, _netns, _pins, _revisions, _session)
-from ansible_collections.ebpf.xdp.plugins.module_utils._compile import sha256_file
-from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import (
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns, session as _session
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import (
+    bcc as _bcc, libbpf as _bpf, loader as _loader, pins as _pins)
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import observed as _observed, revisions as _revisions
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf.compile import sha256_file
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.observed import (
     Attachment, HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed)
 
 # What to do; see plan_absent, plan_present and plan_swap.
@@ -201,7 +203,7 @@ class HookAdapter(abc.ABC):
     label: str
     prog_type: str
     # What the placement is called (XDP: a mode, tc: a method), and the result keys beyond
-    # id, name, tag, attach and link_id (see _hooks.report).
+    # id, name, tag, attach and link_id (see _observed.report).
     placement_key = "mode"
     report_keys: tuple[str, ...] = ("mode",)
     # The program type to load the program as, when not its own (a classifier as a tc action).
@@ -379,7 +381,7 @@ class Converger:
     @staticmethod
     def state(observed: Observed) -> dict:
         """report() plus, for our programs, the pinned maps."""
-        state = _hooks.report(observed)
+        state = _observed.report(observed)
         if observed.owned:
             state["maps"] = observed.record.get("maps", {})
         return state
@@ -493,7 +495,7 @@ class Converger:
                 return False, before
             self.hook.predict_refusal()
             return True, {"attached": True, "name": loaded.info["name"], "tag": loaded.info["tag"],
-                          self.hook.placement_key: self.hook.planned_placement(observed), "owner": _hooks.OWNER,
+                          self.hook.placement_key: self.hook.planned_placement(observed), "owner": _observed.OWNER,
                           "object_sha256": identity["object_sha256"], "constants": identity["constants"],
                           **_revisions.preview(self.pins.record.read(), identity, self.desired.rollback, loaded.name,
                                                self.hook.planned_placement(observed), self.hook.placement_key)}

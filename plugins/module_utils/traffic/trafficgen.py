@@ -48,14 +48,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _common, _frames, _loader, _netdev, _netlink
-from ansible_collections.ebpf.xdp.plugins.module_utils import _cpus, _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import (
+    cpus as _cpus, netdev as _netdev, netlink as _netlink, netns as _netns, privileges as _privileges)
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, loader as _loader
+from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 try:
     from pyroute2 import IPRoute
 except ImportError:
-    IPRoute = None  # the module checks for pyroute2 (_common.require_libraries) before calling in here
+    IPRoute = None  # the module checks for pyroute2 (the Ansible edge's require_libraries) before calling in here
 
 PROGRAM = "xdp_trafficgen"
 COUNTER_MAP = "tx_count"
@@ -548,7 +550,7 @@ def generate(settings: Settings, check_mode: bool = False) -> dict:
             return Result(engine, why, {k.name: 0 for k in kinds}, 0.0,
                           [thread_result(cpu, 0, 0.0) for cpu in cpus], 0).as_dict()
         if engine == "xdp":
-            missing = _common.missing_capabilities(_common.BPF_CAPABILITIES)
+            missing = _privileges.missing_capabilities(_privileges.BPF_CAPABILITIES)
             if missing:
                 raise TrafficgenError("engine xdp needs %s, which the module's process lacks; run it as root "
                                       "(become: true)" % ", ".join(missing))

@@ -7,7 +7,7 @@
 
 Private to the ebpf.xdp collection: the interface may change without notice.
 
-Apart from _hooks because it needs pyroute2 (for the filters), which modules
+Apart from hooks.observed because it needs pyroute2 (for the filters), which modules
 that manage XDP only do not import.
 """
 
@@ -17,8 +17,10 @@ import errno
 import os
 import platform
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _session, _tc_netlink
-from ansible_collections.ebpf.xdp.plugins.module_utils._hooks import HELD_BY_LINK, HELD_BY_NETLINK, Observed
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import session as _session
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import tc_netlink as _tc_netlink
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.observed import HELD_BY_LINK, HELD_BY_NETLINK, Observed
 
 
 TC_DIRECTIONS = {"ingress": _bpf.BPF_TCX_INGRESS, "egress": _bpf.BPF_TCX_EGRESS}

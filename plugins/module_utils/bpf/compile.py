@@ -23,7 +23,7 @@ import sysconfig
 import tempfile
 import time
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 DEFAULT_CACHE_DIR = "/var/cache/ebpf_xdp/objects"

@@ -44,7 +44,8 @@ import os
 import shutil
 from typing import Iterator
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _session
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import session as _session
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 BPFFS_MOUNT = "/sys/fs/bpf"

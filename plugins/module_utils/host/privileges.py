@@ -1,0 +1,28 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) ebpf.xdp contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""The capabilities of this process: what BPF and netlink changes need, and which of them it lacks.
+
+Private to the ebpf.xdp collection: the interface may change without notice.
+"""
+
+from __future__ import annotations
+
+CAPABILITIES = {"CAP_NET_ADMIN": 12, "CAP_NET_RAW": 13, "CAP_SYS_ADMIN": 21, "CAP_BPF": 39}
+BPF_CAPABILITIES = ("CAP_BPF", "CAP_NET_ADMIN", "CAP_SYS_ADMIN")
+
+
+def missing_capabilities(needed) -> list[str]:
+    """Names in `needed` that the effective capability set of this process lacks."""
+    try:
+        with open("/proc/self/status") as status:
+            line = [entry for entry in status if entry.startswith("CapEff:")][0]
+        effective = int(line.split()[1], 16)
+    except (OSError, IndexError, ValueError):
+        return []  # cannot tell; let the kernel answer
+    # CAP_SYS_ADMIN still grants what CAP_BPF grants (kernels before 5.8 have only it).
+    if effective & (1 << CAPABILITIES["CAP_SYS_ADMIN"]):
+        effective |= 1 << CAPABILITIES["CAP_BPF"]
+    return [name for name in needed if not effective & (1 << CAPABILITIES[name])]

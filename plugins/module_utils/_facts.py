@@ -10,7 +10,9 @@ Private to the ebpf.xdp collection: the interface may change without notice.
 
 from __future__ import annotations
 
+import array
 import errno
+import operator
 import sys
 import time
 
@@ -42,12 +44,31 @@ def read_counters(counter_map: _bpf.Map) -> dict | None:
         return None
     if info["type"] not in ("array", "percpu_array", "hash", "percpu_hash", "lru_hash", "lru_percpu_hash"):
         return None
+    batches = counter_map.batches()
+    if batches is not None:
+        return _summed(batches, info["key_size"], counter_map.ncpus)
     totals = {}
     for key, value in counter_map.items():
         parts = value if counter_map.percpu else [value]
         total = sum(int.from_bytes(part, sys.byteorder) for part in parts)
         if total:
             totals[int.from_bytes(key, sys.byteorder)] = total
+    return totals
+
+
+# array typecodes of unsigned integers by size (native byte order, as the kernel stores them)
+_UNSIGNED = {1: "B", 2: "H", 4: "I", 8: "Q"}
+
+
+def _summed(batches: list[tuple[bytes, bytes, int]], key_size: int, ncpus: int) -> dict:
+    """read_counters() over Map.batches() chunks, in array arithmetic: a scrape sums thousands of counters."""
+    totals = {}
+    for raw_keys, raw_values, _count in batches:
+        keys, values = array.array(_UNSIGNED[key_size], raw_keys), array.array("Q", raw_values)
+        sums = values[0::ncpus]
+        for cpu in range(1, ncpus):
+            sums = map(operator.add, sums, values[cpu::ncpus])
+        totals.update((key, total) for key, total in zip(keys, sums) if total)
     return totals
 
 
@@ -82,9 +103,11 @@ def tc_entries(pin_root: str, key: str, ifname: str, ifindex: int) -> dict:
     """Per direction, every program on the interface's tc hook, in run order, ours or not."""
     out = {}
     for direction in _tc_hooks.TC_DIRECTIONS:
-        record = _pins.PinDir.for_hook(pin_root, key, ifname, _pins.hook_dir("tc", direction)).record.read()
         out[direction] = []
-        for entry in _tc_hooks.tc_programs(ifindex, direction):
+        programs = _tc_hooks.tc_programs(ifindex, direction)
+        record = _pins.PinDir.for_hook(pin_root, key, ifname, _pins.hook_dir("tc", direction)).record.read() \
+            if programs else None
+        for entry in programs:
             owned = record if _tc_hooks.tc_owned(entry, record) else None
             found = _still_there(_tc_hooks.observe_tc, entry, direction, owned)
             if found:

@@ -1,16 +1,27 @@
 #!/usr/bin/env python
-"""deploy_xdp.yml as a rollout on generated labs of N receivers: wall time, time per host, controller memory.
+"""deploy_xdp.yml as a rollout on generated labs of N receivers: wall time, time per host, module runs per host,
+controller memory; with --against REV, side by side with the collection as it was at git revision REV.
 
-    .venv/bin/python tests/benchmarks/rollout.py [--hosts 10,50,100] [--forks 10,50] | --smoke
+    .venv/bin/python tests/benchmarks/rollout.py [--hosts 10,50,100] [--forks 10,50] [--against REV] | --smoke
 
 For each N, scripts/fleet_lab.py writes a lab of N receiver namespaces
 behind one bridge (its own prefix), lab_up.yml builds it and a broadcast
 ping feeds every receiver. Then, for each forks setting: a rollout of a
 new release (canary, 10%, the rest; settle 1 s, rates over 1 s, the lab's
 three health rules) and an idempotent re-run. Printed per run: wall time,
-wall time per host, and the controller's peak resident memory (the largest
-of ansible-playbook and its forked workers, from getrusage(RUSAGE_CHILDREN)
-of a child process that runs only that playbook; on this lab the modules, children too, are smaller). --smoke: 2 hosts, forks 2.
+wall time per host, module runs per host (the results of tasks that ran a
+module on the host, counted from the json callback: not skipped, not an
+action the controller answers alone such as set_fact or debug), and the
+controller's peak resident memory (the largest of ansible-playbook and its
+forked workers, from getrusage(RUSAGE_CHILDREN) of a child process that
+runs only that playbook; on this lab the modules, children too, are smaller).
+
+--against REV: the collection at REV (git archive of this checkout) runs the
+same lab in the same run, each forks setting alternating: REV's rollout and
+re-run, then this checkout's, each rollout a new release over the one before
+(the lab is first deployed once by this checkout, unmeasured, so that both
+measured rollouts are upgrades). The old per-item path of issue 18 is REV
+6556e7f (the commit before ebpf.xdp.datapath). --smoke: 2 hosts, forks 2.
 """
 
 import argparse
@@ -29,50 +40,94 @@ FLEET = os.path.join(ROOT, "scripts", "fleet_lab.py")
 PLAYBOOK = os.path.join(ROOT, ".venv", "bin", "ansible-playbook")
 
 
-def measured(argv, env):
-    """Run argv in a child that reports its children's peak RSS: (seconds, MiB, returncode)."""
+# Actions the controller answers without running a module on the host.
+CONTROLLER_ACTIONS = {"set_fact", "debug", "assert", "fail", "include_role", "include_tasks", "import_role",
+                      "import_tasks", "meta", "validate_argument_spec", "add_host", "group_by", "set_stats", "pause"}
+
+
+def measured(argv, env, output):
+    """Run argv in a child that reports its children's peak RSS, its output into the file output:
+    (seconds, MiB, returncode)."""
     probe = ("import resource, subprocess, sys, json;"
-             "rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode;"
+             "out = open(sys.argv[1], 'w');"
+             "rc = subprocess.run(sys.argv[2:], stdout=out, stderr=subprocess.DEVNULL).returncode;"
              "print(json.dumps([rc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))")
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", probe] + argv, capture_output=True, text=True, env=env, check=True)
+    proc = subprocess.run([sys.executable, "-c", probe, output] + argv, capture_output=True, text=True, env=env,
+                          check=True)
     seconds = time.monotonic() - start
     rc, maxrss_kib = json.loads(proc.stdout)
     return seconds, maxrss_kib / 1024.0, rc
 
 
-def playbook(inventory, name, forks, *extra):
-    argv = [PLAYBOOK, "-i", inventory, "-f", str(forks), os.path.join(ROOT, "playbooks", name)]
+def module_runs(output, hosts):
+    """Module runs per host in a json callback document: task results that ran something on the host."""
+    with open(output) as handle:
+        doc = json.load(handle)
+    runs = 0
+    for play in doc["plays"]:
+        for task in play["tasks"]:
+            for result in task["hosts"].values():
+                action = result.get("action", "").rpartition(".")[2]
+                if not result.get("skipped") and action not in CONTROLLER_ACTIONS:
+                    runs += len([r for r in result.get("results", [result]) if not r.get("skipped")])
+    return runs / hosts
+
+
+def playbook(root, inventory, name, forks, *extra):
+    argv = [PLAYBOOK, "-i", inventory, "-f", str(forks), os.path.join(root, "playbooks", name)]
     for value in extra:
         argv += ["-e", json.dumps(value)]
     return argv
 
 
-def run_lab(hosts, forks_list, release_base):
+def collection_at(revision, directory):
+    """This checkout's collection as it was at revision, under directory/ansible_collections/ebpf/xdp: the
+    collections path and the collection's root."""
+    root = os.path.join(directory, "ansible_collections", "ebpf", "xdp")
+    os.makedirs(root)
+    archive = subprocess.run(["git", "-C", ROOT, "archive", revision], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", root], input=archive, check=True)
+    return directory, root
+
+
+def run_lab(hosts, forks_list, against=None):
+    """The measurements on one generated lab of hosts receivers: (lab_up seconds, rows)."""
     prefix = "bn" + uuid.uuid4().hex[:4]
     directory = tempfile.mkdtemp(prefix="fleet-bench-")
     env = dict(ENV)
+    collections = [("this checkout", ROOT, env)]
+    if against:
+        path, root = collection_at(against, os.path.join(directory, "against"))
+        collections.insert(0, (against, root, dict(env, ANSIBLE_COLLECTIONS_PATH=path)))
+    output = os.path.join(directory, "run.json")
     rows = []
     try:
         subprocess.run([sys.executable, FLEET, "inventory", directory, "-n", str(hosts), "--prefix", prefix],
                        check=True, stdout=subprocess.DEVNULL)
         start = time.monotonic()
-        subprocess.run([PLAYBOOK, "-i", directory, os.path.join(ROOT, "playbooks", "lab_up.yml")], env=env,
-                       check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(playbook(ROOT, directory, "lab_up.yml", 10), env=env, check=True, stdout=subprocess.DEVNULL)
         lab_seconds = time.monotonic() - start
         subprocess.run([sys.executable, FLEET, "traffic", directory, "start"], check=True, stdout=subprocess.DEVNULL)
-        for n, forks in enumerate(forks_list):
-            release = {"fleet_release": release_base + n}
-            for kind in ("rollout", "re-run"):
-                seconds, mib, rc = measured(playbook(directory, "deploy_xdp.yml", forks, release), env)
-                if rc != 0:
-                    raise SystemExit("rollout.py: deploy_xdp.yml failed (%s, %d hosts, forks %d)" % (kind, hosts, forks))
-                rows.append((hosts, forks, kind, seconds, seconds / hosts, mib))
-                print("%5d hosts  forks %3d  %-8s %7.1f s  %5.2f s/host  %6.0f MiB" % rows[-1], flush=True)
+        release = 1
+        if against:  # both measured rollouts are upgrades
+            subprocess.run(playbook(ROOT, directory, "deploy_xdp.yml", max(forks_list), {"fleet_release": release}),
+                           env=env, check=True, stdout=subprocess.DEVNULL)
+        for forks in forks_list:
+            for name, root, run_env in collections:
+                release += 1
+                for kind in ("rollout", "re-run"):
+                    argv = playbook(root, directory, "deploy_xdp.yml", forks, {"fleet_release": release})
+                    seconds, mib, rc = measured(argv, run_env, output)
+                    if rc != 0:
+                        raise SystemExit("rollout.py: deploy_xdp.yml of %s failed (%s, %d hosts, forks %d)"
+                                         % (name, kind, hosts, forks))
+                    rows.append((name, hosts, forks, kind, seconds, seconds / hosts, module_runs(output, hosts), mib))
+                    print("%-14s %5d hosts  forks %3d  %-8s %7.1f s  %5.2f s/host  %5.1f module runs/host  %6.0f MiB"
+                          % rows[-1], flush=True)
     finally:
         subprocess.run([sys.executable, FLEET, "traffic", directory, "stop"], check=False, stdout=subprocess.DEVNULL)
-        subprocess.run([PLAYBOOK, "-i", directory, os.path.join(ROOT, "playbooks", "lab_down.yml")], env=env,
-                       check=False, stdout=subprocess.DEVNULL)
+        subprocess.run(playbook(ROOT, directory, "lab_down.yml", 10), env=env, check=False, stdout=subprocess.DEVNULL)
         for i in range(1, hosts + 1):
             shutil.rmtree("/var/lib/ebpf_xdp/lab/%s%03d" % (prefix, i), ignore_errors=True)
         shutil.rmtree(directory, ignore_errors=True)
@@ -83,6 +138,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hosts", default="10,50,100")
     parser.add_argument("--forks", default="10,50")
+    parser.add_argument("--against", metavar="REV", help="also the collection at this git revision, side by side")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     if args.smoke:
@@ -91,13 +147,15 @@ def main():
     print("deploy_xdp.yml rollout (batches 1, 10%, rest; settle 1 s, rates 1 s) and its idempotent re-run")
     table = []
     for hosts in (int(h) for h in args.hosts.split(",")):
-        lab_seconds, rows = run_lab(hosts, forks_list, release_base=2)
+        lab_seconds, rows = run_lab(hosts, forks_list, args.against)
         print("%5d hosts  lab_up.yml %.1f s" % (hosts, lab_seconds), flush=True)
         table += rows
-    print("\n| hosts | forks | run | wall s | s/host | controller peak RSS MiB |")
-    print("|---|---|---|---|---|---|")
+    print("\n| collection | hosts | forks | run | wall s | s/host | module runs/host | controller peak RSS MiB |")
+    print("|---|---|---|---|---|---|---|---|")
     for row in table:
-        print("| %d | %d | %s | %.1f | %.2f | %.0f |" % row)
+        print("| %s | %d | %d | %s | %.1f | %.2f | %.1f | %.0f |" % row)
+    if args.smoke and any(row[6] < 1 for row in table):
+        raise SystemExit("rollout.py: a run counted no module runs on its hosts")
 
 
 if __name__ == "__main__":

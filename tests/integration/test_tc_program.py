@@ -94,7 +94,8 @@ def send_paced(pair, count, rate):
     return subprocess.Popen([
         SYSTEM_PYTHON, "-c",
         "import sys; sys.path.insert(0, %r); "
-        "from ansible_collections.ebpf.xdp.plugins.module_utils import _frames, _netns\n"
+        "from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns\n"
+        "from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames\n"
         "with _netns.netns(%r):\n"
         "    f = _frames.build_frame('udp', %r, %r, %r, %r)\n"
         "    _frames.send('eth0', {'udp': f}, %d, rate=%d)\n"
@@ -284,7 +285,8 @@ def test_a_foreign_tcx_program_coexists(run_distro, pair, tc_obj, tmp_path):
     other = compile_c(tmp_path, SECOND_TC_PROGRAM, "tc_other")
     pinned = "/sys/fs/bpf/ebpf_xdp_test_foreign_%s" % pair.rx
     script = ("import sys; sys.path.insert(0, %r)\n"
-              "from ansible_collections.ebpf.xdp.plugins.module_utils import _bpf, _loader, _netns\n"
+              "from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns\n"
+              "from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, loader as _loader\n"
               "with _netns.netns(%r), _loader.load(%r, 'tc_other', 'sched_cls') as p:\n"
               "    with _bpf.Link.create_tcx(p.program, _netns.ifindex('eth0'), _bpf.BPF_TCX_INGRESS) as l:\n"
               "        l.pin(%r)\n" % (ROOT + "/.build/collections", pair.rx, other, pinned))

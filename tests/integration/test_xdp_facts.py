@@ -43,7 +43,8 @@ def test_rates_from_two_samples(run_distro, pair, drop_obj):
     sender = subprocess.Popen([
         SYSTEM_PYTHON, "-c",
         "import sys; sys.path.insert(0, %r); "
-        "from ansible_collections.ebpf.xdp.plugins.module_utils import _frames, _netns\n"
+        "from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns\n"
+        "from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames\n"
         "with _netns.netns(%r):\n"
         "    f = _frames.build_frame('udp', %r, %r, %r, %r)\n"
         "    _frames.send('eth0', {'udp': f}, 40000, rate=2000)\n"

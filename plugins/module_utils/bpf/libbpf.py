@@ -77,6 +77,12 @@ MAP_TYPES = {
     27: "ringbuf",
 }
 PERCPU_MAP_TYPES = frozenset((5, 6, 10))
+# Map types the kernel reads many elements of in one call (BPF_MAP_LOOKUP_BATCH, Linux 5.6): hashes and arrays.
+BATCH_MAP_TYPES = frozenset((1, 2, 5, 6, 9, 10))
+# Elements per batch: all of a counter map at once, a bounded buffer for a large hash.
+BATCH_SIZE = 4096
+# What a kernel without batch reads for the map type answers (ENOTSUPP is the kernel's own 524).
+NO_BATCH = (errno_mod.EINVAL, errno_mod.EOPNOTSUPP, 524)
 BPF_MAP_TYPE_ARRAY = 2
 BPF_MAP_TYPE_HASH_OF_MAPS = 13
 BPF_MAP_TYPE_DEVMAP = 14
@@ -301,6 +307,7 @@ _SIGNATURES = {
     "bpf_map_update_elem": (_I, [_I, _P, _P, ctypes.c_uint64]),
     "bpf_map_delete_elem": (_I, [_I, _P]),
     "bpf_map_get_next_key": (_I, [_I, _P, _P]),
+    "bpf_map_lookup_batch": (_I, [_I, _P, _P, _P, _P, ctypes.POINTER(_U32), _P]),
     "bpf_link_create": (_I, [_I, _I, _I, _P]),
     "bpf_link_update": (_I, [_I, _I, _P]),
     "bpf_link_detach": (_I, [_I]),
@@ -776,10 +783,48 @@ class Map(Fd):
             cur = ctypes.create_string_buffer(nxt.raw, self.info["key_size"])
 
     def items(self) -> Iterator[tuple[bytes, bytes | list[bytes]]]:
-        for key in self.keys():
-            value = self.lookup(key)
-            if value is not None:
-                yield key, value
+        """Every (key, value), values as lookup() gives them: in batches where the kernel can (batches()),
+        else key by key."""
+        batches = self.batches()
+        if batches is None:
+            for key in self.keys():
+                value = self.lookup(key)
+                if value is not None:
+                    yield key, value
+            return
+        key_size, value_bytes = self.info["key_size"], self.slot * self.ncpus
+        for keys, values, count in batches:
+            for i in range(count):
+                value = values[i * value_bytes:(i + 1) * value_bytes]
+                if self.percpu:
+                    value = [value[c * self.slot:c * self.slot + self.info["value_size"]] for c in range(self.ncpus)]
+                yield keys[i * key_size:(i + 1) * key_size], value
+
+    def batches(self) -> list[tuple[bytes, bytes, int]] | None:
+        """The whole map as (keys, values, count) chunks read with BPF_MAP_LOOKUP_BATCH: one call for a map of
+        counters instead of one per key (the exporter reads every counter map on each scrape). The chunks
+        hold count keys and count values back to back, values laid out as lookup() reads them (per-CPU:
+        slot bytes per CPU). None where this kernel cannot read the map type so (before Linux 5.6, or a
+        type without batches)."""
+        if self.info["type_id"] not in BATCH_MAP_TYPES:
+            return None
+        key_size, value_bytes = self.info["key_size"], self.slot * self.ncpus
+        size = min(self.info["max_entries"], BATCH_SIZE) or 1
+        keys = ctypes.create_string_buffer(size * key_size)
+        values = ctypes.create_string_buffer(size * value_bytes)
+        token = ctypes.create_string_buffer(max(key_size, 8))  # where the next batch starts (a key or a bucket)
+        start, out = None, []
+        while True:
+            count = _U32(size)
+            ret = lib().bpf_map_lookup_batch(self.fd, start, token, keys, values, ctypes.byref(count), None)
+            if ret < 0 and -ret != errno_mod.ENOENT:
+                if start is None and -ret in NO_BATCH:
+                    return None
+                _check(ret, "read map %s in batches" % self.label)
+            out.append((keys.raw[:count.value * key_size], values.raw[:count.value * value_bytes], count.value))
+            if ret < 0:  # ENOENT: that was the last batch
+                return out
+            start = ctypes.create_string_buffer(token.raw, len(token.raw))
 
 
 # ---------------------------------------------------------------- map entries (ebpf.xdp.bpf_map_entry)
@@ -943,31 +988,45 @@ def links() -> Iterator[dict]:
             yield link.info()
 
 
+_syscall_libc = None  # the C library's syscall(), for the bpf() commands libbpf 1.1 has no API for
+
+
 def _sys_bpf(cmd: int, attr: ctypes.Structure, what: str) -> int:
     number = SYS_BPF.get(platform.machine())
     if number is None:
         raise BpfError("%s: the bpf() system call number of %s is not known here" % (what, platform.machine()))
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    ret = libc.syscall(ctypes.c_long(number), ctypes.c_int(cmd), ctypes.byref(attr),
-                       ctypes.c_uint(ctypes.sizeof(attr)))
+    global _syscall_libc  # pylint: disable=global-statement
+    if _syscall_libc is None:
+        _syscall_libc = ctypes.CDLL(None, use_errno=True)
+        _syscall_libc.syscall.restype = ctypes.c_long
+    ret = _syscall_libc.syscall(ctypes.c_long(number), ctypes.c_int(cmd), ctypes.byref(attr),
+                                ctypes.c_uint(ctypes.sizeof(attr)))
     if ret < 0:
         raise BpfError(what, ctypes.get_errno())
     return ret
 
 
+# Programs one query has room for: a hook rarely holds more, and one bpf() call then answers.
+TCX_QUERY_ROOM = 16
+
+
 def tcx_query(ifindex: int, attach_type: int) -> dict:
     """What a tcx hook holds, in run order: program ids, link ids (0 for none) and the hook's revision."""
     what = "query %s hook of ifindex %d" % (ATTACH_TYPES.get(attach_type, attach_type), ifindex)
-    attr = _ProgQueryAttr(target_ifindex=ifindex, attach_type=attach_type)
-    _sys_bpf(BPF_PROG_QUERY, attr, what)
-    count = attr.count
-    prog_ids, link_ids = (_U32 * count)(), (_U32 * count)()
-    attr = _ProgQueryAttr(target_ifindex=ifindex, attach_type=attach_type, count=count,
-                          prog_ids=ctypes.addressof(prog_ids), link_ids=ctypes.addressof(link_ids))
-    _sys_bpf(BPF_PROG_QUERY, attr, what)
-    n = min(count, attr.count)
-    return {"prog_ids": list(prog_ids)[:n], "link_ids": list(link_ids)[:n], "revision": attr.revision}
+    room = TCX_QUERY_ROOM
+    while True:
+        prog_ids, link_ids = (_U32 * room)(), (_U32 * room)()
+        attr = _ProgQueryAttr(target_ifindex=ifindex, attach_type=attach_type, count=room,
+                              prog_ids=ctypes.addressof(prog_ids), link_ids=ctypes.addressof(link_ids))
+        try:
+            _sys_bpf(BPF_PROG_QUERY, attr, what)
+        except BpfError as exc:
+            if exc.errno != errno_mod.ENOSPC:
+                raise
+        if attr.count <= room:  # else (ENOSPC) the kernel said how many there are: ask again with room for all
+            n = attr.count
+            return {"prog_ids": list(prog_ids)[:n], "link_ids": list(link_ids)[:n], "revision": attr.revision}
+        room = attr.count
 
 
 # ---------------------------------------------------------------- netlink attach

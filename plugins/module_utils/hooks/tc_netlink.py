@@ -42,7 +42,7 @@ import struct
 import traceback
 from typing import NoReturn
 
-from ansible_collections.ebpf.xdp.plugins.module_utils.host import session as _session
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import nlmsg as _nlmsg, session as _session
 from ansible_collections.ebpf.xdp.plugins.module_utils.host.netns import NotFoundError
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
@@ -64,6 +64,7 @@ RTM_NEWQDISC, RTM_DELQDISC, RTM_GETQDISC = 36, 37, 38
 RTM_NEWTFILTER, RTM_DELTFILTER, RTM_GETTFILTER = 44, 45, 46
 
 # The hook qdisc (clsact or the plain ingress qdisc) and clsact's two parents (uapi/linux/pkt_sched.h).
+TCA_KIND = 1
 TC_H_CLSACT = 0xFFFFFFF1  # == TC_H_INGRESS: both qdiscs sit there, so an interface has one or the other
 HOOK_QDISC_HANDLE = 0xFFFF0000
 PARENTS = {"ingress": 0xFFFFFFF2, "egress": 0xFFFFFFF3}
@@ -291,25 +292,32 @@ def _check_interface(ipr, ifindex: int, what: str) -> None:
 # ---------------------------------------------------------------- the hook qdisc
 
 
-def _hook_qdiscs(ipr, what: str) -> dict[int, str | None]:
-    """Every interface of the namespace (it has a root qdisc) with the kind of its hook qdisc, or None."""
+def _hook_qdiscs(what: str) -> dict[int, str | None]:
+    """Every interface of the namespace (it has a root qdisc) with the kind of its hook qdisc, or None; read
+    once per host session, with the standard library (the facts ask for every interface of a namespace: a
+    dump decoded by pyroute2 costs ~1 ms a qdisc)."""
     try:
-        qdiscs = _session.dump(("qdiscs",), lambda: _dump(ipr, _tcmsg(0, 0), RTM_GETQDISC))
-    except NetlinkError as exc:
-        _fail(what, exc)
+        return _session.dump(("qdiscs",), _hook_kinds)
+    except OSError as exc:
+        raise TcError(what, exc.errno, "")
+
+
+def _hook_kinds() -> dict[int, str | None]:
     kinds: dict[int, str | None] = {}
-    for q in qdiscs:
-        if q["parent"] == TC_H_CLSACT:
-            kinds[q["index"]] = q.get_attr("TCA_KIND")
+    request = struct.pack("=BxHiIII", socket.AF_UNSPEC, 0, 0, 0, 0, 0)  # struct tcmsg: every qdisc
+    for header, attrs in _nlmsg.dump(RTM_GETQDISC, request, "list the qdiscs"):
+        ifindex, _handle, parent = struct.unpack_from("=iII", header, 4)
+        if parent == TC_H_CLSACT:
+            kinds[ifindex] = attrs.get(TCA_KIND, b"").rstrip(b"\0").decode()
         else:
-            kinds.setdefault(q["index"], None)
+            kinds.setdefault(ifindex, None)
     return kinds
 
 
 def _qdisc_kind(ipr, ifindex: int, what: str) -> str | None:
     # The kernel dumps every qdisc of the namespace (a get of one would do, but pyroute2 0.7 never sees its
     # answer): within a host session (_session) many interfaces share one dump.
-    kinds = _hook_qdiscs(ipr, what)
+    kinds = _hook_qdiscs(what)
     if ifindex not in kinds:
         # Every interface has a root qdisc: none at all means no such interface.
         _check_interface(ipr, ifindex, what)

@@ -26,6 +26,8 @@ import os
 import socket
 import struct
 
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import nlmsg as _nlmsg
+
 NETLINK_GENERIC = 16
 GENL_ID_CTRL = 0x10
 CTRL_CMD_GETFAMILY = 3
@@ -34,9 +36,6 @@ CTRL_ATTR_FAMILY_NAME = 2
 NETDEV_CMD_DEV_GET = 1
 NETDEV_A_DEV_IFINDEX = 1
 NETDEV_A_DEV_XDP_FEATURES = 3
-NLM_F_REQUEST = 1
-NLMSG_ERROR = 2
-NLA_TYPE_MASK = 0x3FFF
 
 # enum netdev_xdp_act (uapi/linux/netdev.h) -> names as `ynl` prints them.
 XDP_ACT = {
@@ -46,27 +45,10 @@ XDP_ACT = {
 XDP_ACT_NDO_XMIT = 1 << 2
 
 
-def _attr(kind: int, payload: bytes) -> bytes:
-    length = 4 + len(payload)
-    return struct.pack("=HH", length, kind) + payload + b"\0" * (-length % 4)
-
-
-def _attrs(buf: bytes) -> dict[int, bytes]:
-    out = {}
-    offset = 0
-    while offset + 4 <= len(buf):
-        length, kind = struct.unpack_from("=HH", buf, offset)
-        if length < 4:
-            break
-        out[kind & NLA_TYPE_MASK] = buf[offset + 4:offset + length]
-        offset += (length + 3) & ~3
-    return out
-
-
 def _request(sock: socket.socket, family: int, cmd: int, attrs: bytes, seq: int) -> dict[int, bytes]:
     """One generic netlink request; the attributes of its answer, or OSError with the kernel's errno."""
     payload = struct.pack("=BBH", cmd, 1, 0) + attrs
-    sock.send(struct.pack("=IHHII", 16 + len(payload), family, NLM_F_REQUEST, seq, 0) + payload)
+    sock.send(struct.pack("=IHHII", 16 + len(payload), family, _nlmsg.NLM_F_REQUEST, seq, 0) + payload)
     data = sock.recv(65536)
     offset = 0
     while offset + 16 <= len(data):
@@ -74,12 +56,12 @@ def _request(sock: socket.socket, family: int, cmd: int, attrs: bytes, seq: int)
         if length < 16:
             break
         if answer_seq == seq:
-            if kind == NLMSG_ERROR:
+            if kind == _nlmsg.NLMSG_ERROR:
                 code = -struct.unpack_from("=i", data, offset + 16)[0]
                 if code:
                     raise OSError(code, os.strerror(code))
             elif kind == family:
-                return _attrs(data[offset + 20:offset + length])  # 16 nlmsghdr + 4 genlmsghdr
+                return _nlmsg.attributes(data, offset + 20, offset + length)  # 16 nlmsghdr + 4 genlmsghdr
         offset += (length + 3) & ~3
     raise OSError(errno.EPROTO, "no answer to generic netlink command %d" % cmd)
 
@@ -90,7 +72,7 @@ def xdp_features(ifindex: int) -> int | None:
         sock.bind((0, 0))
         try:
             family = _request(sock, GENL_ID_CTRL, CTRL_CMD_GETFAMILY,
-                              _attr(CTRL_ATTR_FAMILY_NAME, b"netdev\0"), 1)
+                              _nlmsg.attr(CTRL_ATTR_FAMILY_NAME, b"netdev\0"), 1)
         except OSError as exc:
             if exc.errno == errno.ENOENT:
                 return None
@@ -98,7 +80,7 @@ def xdp_features(ifindex: int) -> int | None:
         family_id = struct.unpack("=H", family[CTRL_ATTR_FAMILY_ID][:2])[0]
         try:
             answer = _request(sock, family_id, NETDEV_CMD_DEV_GET,
-                              _attr(NETDEV_A_DEV_IFINDEX, struct.pack("=I", ifindex)), 2)
+                              _nlmsg.attr(NETDEV_A_DEV_IFINDEX, struct.pack("=I", ifindex)), 2)
         except OSError as exc:
             raise OSError(exc.errno, "read the XDP features of ifindex %d: %s" % (ifindex, exc.strerror))
         raw = answer.get(NETDEV_A_DEV_XDP_FEATURES)

@@ -1,5 +1,7 @@
 """Rates and protocol labels: the pure parts of _facts."""
 
+import struct
+
 from ansible_collections.ebpf.xdp.plugins.module_utils import _facts
 
 
@@ -14,3 +16,17 @@ def test_protocol_names():
     assert _facts.protocol_name(6) == "tcp"
     assert _facts.protocol_name(0) == "other"
     assert _facts.protocol_name(250) == "proto-250"
+
+
+def test_batched_counters_are_summed_over_cpus_with_zeros_left_out():
+    # Two chunks of a per-CPU array (4-byte keys) read on 3 CPUs: 8-byte values, one per CPU, key by key.
+    def chunk(rows):
+        keys = b"".join(struct.pack("=I", key) for key, _per_cpu in rows)
+        values = b"".join(struct.pack("=3Q", *per_cpu) for _key, per_cpu in rows)
+        return keys, values, len(rows)
+
+    batches = [chunk([(0, (0, 0, 0)), (6, (1, 2, 3))]), chunk([(17, (10, 0, 5)), (255, (0, 0, 0))])]
+    assert _facts._summed(batches, 4, 3) == {6: 6, 17: 15}
+    # A plain array: one value per key.
+    keys, values = struct.pack("=2H", 1, 2), struct.pack("=2Q", 0, 9)
+    assert _facts._summed([(keys, values, 2)], 2, 1) == {2: 9}

@@ -1,0 +1,66 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) ebpf.xdp contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""Netlink messages with the standard library: attributes packed and parsed, and an rtnetlink dump.
+
+Private to the ebpf.xdp collection: the interface may change without notice.
+
+For what is read often or what pyroute2 has no binding for (the links and
+qdiscs the facts read on every scrape, the netdev family's xdp_features);
+everything else speaks netlink through pyroute2. Works in the current
+network namespace.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+
+NLMSG_ERROR, NLMSG_DONE = 2, 3
+NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
+NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED and NLA_F_NET_BYTEORDER
+
+
+def attr(kind: int, payload: bytes) -> bytes:
+    """One attribute, padded to 4 bytes."""
+    length = 4 + len(payload)
+    return struct.pack("=HH", length, kind) + payload + b"\0" * (-length % 4)
+
+
+def attributes(data: bytes, start: int = 0, end: int | None = None) -> dict[int, bytes]:
+    """{type: payload} of the attributes in data[start:end]."""
+    end = len(data) if end is None else end
+    found = {}
+    while start + 4 <= end:
+        length, kind = struct.unpack_from("=HH", data, start)
+        if length < 4:
+            break
+        found[kind & NLA_TYPE_MASK] = data[start + 4:start + length]
+        start += (length + 3) & ~3
+    return found
+
+
+def dump(request: int, header: bytes, what: str) -> list[tuple[bytes, dict[int, bytes]]]:
+    """The answers to an rtnetlink dump request (RTM_GETLINK, RTM_GETQDISC, ...) for every object of the
+    current namespace: each answer's family header (as long as the request's: struct ifinfomsg, struct
+    tcmsg, ...) and its attributes."""
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as sock:
+        sock.bind((0, 0))
+        sock.send(struct.pack("=IHHII", 16 + len(header), request, NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + header)
+        answers = []
+        while True:
+            data = sock.recv(1 << 20)
+            offset = 0
+            while offset + 16 <= len(data):
+                length, kind, _flags, _seq, _pid = struct.unpack_from("=IHHII", data, offset)
+                if kind == NLMSG_DONE:
+                    return answers
+                if kind == NLMSG_ERROR:
+                    err = -struct.unpack_from("=i", data, offset + 16)[0]
+                    raise OSError(err, "%s: %s" % (what, os.strerror(err)))
+                body = offset + 16
+                answers.append((data[body:body + len(header)], attributes(data, body + len(header), offset + length)))
+                offset += (length + 3) & ~3

@@ -25,6 +25,7 @@ measured rollouts are upgrades). The old per-item path of issue 18 is REV
 """
 
 import argparse
+import collections
 import json
 import os
 import shutil
@@ -42,7 +43,8 @@ PLAYBOOK = os.path.join(ROOT, ".venv", "bin", "ansible-playbook")
 
 # Actions the controller answers without running a module on the host.
 CONTROLLER_ACTIONS = {"set_fact", "debug", "assert", "fail", "include_role", "include_tasks", "import_role",
-                      "import_tasks", "meta", "validate_argument_spec", "add_host", "group_by", "set_stats", "pause"}
+                      "import_tasks", "include_vars", "meta", "validate_argument_spec", "add_host", "group_by",
+                      "set_stats", "pause"}
 
 
 def measured(argv, env, output):
@@ -61,17 +63,23 @@ def measured(argv, env, output):
 
 
 def module_runs(output, hosts):
-    """Module runs per host in a json callback document: task results that ran something on the host."""
+    """Module runs per host in a json callback document (task results that ran something on a host), and
+    how many of them each module made, per host."""
     with open(output) as handle:
-        doc = json.load(handle)
-    runs = 0
+        text = handle.read()
+    try:
+        # The pause module prints its own line ("Pausing for 1 seconds") before the callback's document.
+        doc = json.loads(text[text.index("{\n"):])
+    except ValueError:
+        raise SystemExit("rollout.py: ansible-playbook printed no JSON document:\n%s" % text[:2000])
+    modules = collections.Counter()
     for play in doc["plays"]:
         for task in play["tasks"]:
             for result in task["hosts"].values():
                 action = result.get("action", "").rpartition(".")[2]
                 if not result.get("skipped") and action not in CONTROLLER_ACTIONS:
-                    runs += len([r for r in result.get("results", [result]) if not r.get("skipped")])
-    return runs / hosts
+                    modules[action] += len([r for r in result.get("results", [result]) if not r.get("skipped")])
+    return sum(modules.values()) / hosts, {name: count / hosts for name, count in modules.most_common()}
 
 
 def playbook(root, inventory, name, forks, *extra):
@@ -97,10 +105,11 @@ def run_lab(hosts, forks_list, against=None):
     directory = tempfile.mkdtemp(prefix="fleet-bench-")
     env = dict(ENV)
     collections = [("this checkout", ROOT, env)]
+    others = tempfile.mkdtemp(prefix="fleet-against-")  # out of the inventory directory, which Ansible reads whole
     if against:
-        path, root = collection_at(against, os.path.join(directory, "against"))
+        path, root = collection_at(against, others)
         collections.insert(0, (against, root, dict(env, ANSIBLE_COLLECTIONS_PATH=path)))
-    output = os.path.join(directory, "run.json")
+    output = directory + ".json"  # next to the inventory directory: Ansible would read a file in it as inventory
     rows = []
     try:
         subprocess.run([sys.executable, FLEET, "inventory", directory, "-n", str(hosts), "--prefix", prefix],
@@ -122,15 +131,20 @@ def run_lab(hosts, forks_list, against=None):
                     if rc != 0:
                         raise SystemExit("rollout.py: deploy_xdp.yml of %s failed (%s, %d hosts, forks %d)"
                                          % (name, kind, hosts, forks))
-                    rows.append((name, hosts, forks, kind, seconds, seconds / hosts, module_runs(output, hosts), mib))
+                    runs, modules = module_runs(output, hosts)
+                    rows.append((name, hosts, forks, kind, seconds, seconds / hosts, runs, mib))
                     print("%-14s %5d hosts  forks %3d  %-8s %7.1f s  %5.2f s/host  %5.1f module runs/host  %6.0f MiB"
                           % rows[-1], flush=True)
+                    print("%14s per host: %s" % ("", ", ".join("%s %g" % item for item in modules.items())))
     finally:
         subprocess.run([sys.executable, FLEET, "traffic", directory, "stop"], check=False, stdout=subprocess.DEVNULL)
         subprocess.run(playbook(ROOT, directory, "lab_down.yml", 10), env=env, check=False, stdout=subprocess.DEVNULL)
         for i in range(1, hosts + 1):
             shutil.rmtree("/var/lib/ebpf_xdp/lab/%s%03d" % (prefix, i), ignore_errors=True)
         shutil.rmtree(directory, ignore_errors=True)
+        shutil.rmtree(others, ignore_errors=True)
+        if os.path.exists(output):
+            os.unlink(output)
     return lab_seconds, rows
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import array
 import errno
+import itertools
 import operator
 import sys
 import time
@@ -67,8 +68,8 @@ def _summed(batches: list[tuple[bytes, bytes, int]], key_size: int, ncpus: int) 
         keys, values = array.array(_UNSIGNED[key_size], raw_keys), array.array("Q", raw_values)
         sums = values[0::ncpus]
         for cpu in range(1, ncpus):
-            sums = map(operator.add, sums, values[cpu::ncpus])
-        totals.update((key, total) for key, total in zip(keys, sums) if total)
+            sums = array.array("Q", map(operator.add, sums, values[cpu::ncpus]))
+        totals.update(itertools.compress(zip(keys, sums), sums))  # zeros left out
     return totals
 
 

@@ -627,6 +627,10 @@ class Fd:
         return info
 
 
+# Map ids one program info call has room for: programs rarely use more.
+MAP_IDS_ROOM = 16
+
+
 class Program(Fd):
     kind = "program"
 
@@ -636,16 +640,19 @@ class Program(Fd):
                    "id %d" % prog_id)
 
     def info(self) -> dict:
-        """id, name, tag, type and the ids of the maps the program uses."""
-        info = self._info(_ProgInfo)
-        map_ids = []
-        if info.nr_map_ids:
-            ids = (_U32 * info.nr_map_ids)()
-            again = _ProgInfo(nr_map_ids=info.nr_map_ids, map_ids=ctypes.addressof(ids))
-            size = _U32(ctypes.sizeof(again))
-            _check(lib().bpf_obj_get_info_by_fd(self.fd, ctypes.byref(again), ctypes.byref(size)),
-                   "read map ids of program %s" % self.label)
-            map_ids = list(ids)[:min(info.nr_map_ids, again.nr_map_ids)]
+        """id, name, tag, type and the ids of the maps the program uses (one call when they fit the room
+        given, a second one with room for all when not)."""
+        room = MAP_IDS_ROOM
+        while True:
+            ids = (_U32 * room)()
+            info = _ProgInfo(nr_map_ids=room, map_ids=ctypes.addressof(ids))
+            size = _U32(ctypes.sizeof(info))
+            _check(lib().bpf_obj_get_info_by_fd(self.fd, ctypes.byref(info), ctypes.byref(size)),
+                   "read info of %s %s" % (self.kind, self.label))
+            if info.nr_map_ids <= room:
+                break
+            room = info.nr_map_ids
+        map_ids = list(ids)[:info.nr_map_ids]
         return {
             "id": info.id,
             "name": _name(info.name),

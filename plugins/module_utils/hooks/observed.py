@@ -111,9 +111,15 @@ def ownership(pins: _pins.PinDir, prog_id: int) -> dict | None:
         return record
     if record.get("attach") == HELD_BY_LINK and pins.has_link():
         with pins.open_link() as link:
-            if link.info()["prog_id"] == prog_id:
-                return dict(record, prog_id=prog_id)
+            info = link.info()
+        if info["prog_id"] == prog_id:
+            return dict(record, prog_id=prog_id, link_id=info["id"])
     return None
+
+
+def _pinned_link_id(pins: _pins.PinDir) -> int:
+    with pins.open_link() as link:
+        return link.info()["id"]
 
 
 def find_link(ifindex: int, prog_id: int, attach_type: str) -> int | None:
@@ -144,8 +150,8 @@ def observe_xdp(ifindex: int, xdp: dict, pins: _pins.PinDir) -> Observed:
     link_id = None
     record = ownership(pins, prog_id)
     if record and record.get("attach") == HELD_BY_LINK and pins.has_link():
-        with pins.open_link() as link:
-            link_id = link.info()["id"]
+        # The record (or ownership(), from the pin) names the link that holds this very program.
+        link_id = record.get("link_id") or _pinned_link_id(pins)
     elif not record or record.get("attach") != HELD_BY_NETLINK:
         link_id = find_link(ifindex, prog_id, "xdp")
     with _bpf.Program.from_id(prog_id) as prog:

@@ -26,7 +26,7 @@ SITE=.build/vm-site # the packages for the VM's Python
 say() { echo "test_vm.sh: $*"; }
 
 # The venv's versions of what the tests import, for the VM's Python; rebuilt when they change.
-want=$(.venv/bin/pip freeze --disable-pip-version-check | grep -iE '^(pytest|ansible-core)==' | sort)
+want=$(.venv/bin/pip freeze --disable-pip-version-check | grep -iE '^(pytest|pytest-xdist|execnet|ansible-core)==' | sort)
 if [[ "$(cat "$SITE/.versions" 2>/dev/null)" != "$want" ]]; then
 	say "installing $(echo "$want" | tr '\n' ' ')into $SITE"
 	rm -rf "$SITE"
@@ -64,10 +64,20 @@ mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf"
 
 args=""
 for arg in "$@"; do args+=" $(printf '%q' "$arg")"; done
-say "pytest in the VM: the kernel-dependent tests${args}"
-start=$SECONDS
-$VM ssh "cd $DEST && PYTHONPATH=$DEST/$SITE:$DEST/.build/collections ANSIBLE_COLLECTIONS_PATH=$DEST/.build/collections \
+# The VM has two CPUs (qemu runs a thread for each): the tests that can
+# share it run on two workers, a file's tests on one (as make
+# integration-shared does here); those marked quiet (rates, timing,
+# snapshots of the whole host) after them, alone.
+in_vm() { # what, pytest arguments...
+	local what=$1
+	shift
+	say "pytest in the VM: the kernel-dependent tests $what${args}"
+	start=$SECONDS
+	$VM ssh "cd $DEST && PYTHONPATH=$DEST/$SITE:$DEST/.build/collections ANSIBLE_COLLECTIONS_PATH=$DEST/.build/collections \
 	python3 -m pytest -p no:cacheprovider -q -rs --durations=15 --kernel-dependent \
-	--ignore tests/integration/test_bcc_backend.py tests/integration$args" || rc=$?
-say "pytest in the VM took $((SECONDS - start)) s (exit status so far $rc)"
+	--ignore tests/integration/test_bcc_backend.py $* tests/integration$args" || rc=$?
+	say "they took $((SECONDS - start)) s (exit status so far $rc)"
+}
+in_vm "that can share the VM, on two workers" -m "'not quiet'" -n 2 --dist loadfile
+in_vm "marked quiet, alone" -m quiet
 exit $rc

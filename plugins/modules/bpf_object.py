@@ -34,6 +34,7 @@ options:
   dest:
     description:
       - Where to put the object. It is replaced atomically, only when its content differs.
+      - Its directory is created (mode 0755) when it does not exist.
       - When omitted, RV(path) is the object inside the cache.
     type: path
   include_dirs:

@@ -40,7 +40,7 @@ author:
 requirements:
   - a kernel with pktgen (C(CONFIG_NET_PKTGEN); Debian's stock kernels have it as the module C(pktgen)), and
     C(modprobe) when it is not loaded yet
-  - pyroute2 on the managed host; root (C(CAP_NET_ADMIN); C(CAP_SYS_ADMIN) with O(netns))
+  - root on the managed host (C(CAP_NET_ADMIN); C(CAP_SYS_ADMIN) with O(netns))
 extends_documentation_fragment:
   - ebpf.xdp.attributes
   - ebpf.xdp.interface
@@ -356,8 +356,9 @@ def send(params, check_mode, module):
 def main():
     _common.run_module(
         ARGUMENT_SPEC, rules=dict(required_one_of=[("count", "duration")]), work=send,
-        # The settings first: a mistake fails before pyroute2's import and the privilege checks.
-        prepare=lambda module: _pktgen.Settings.from_params(module.params), libraries=dict(libbpf=False),
+        # The settings first: a mistake fails before the privilege checks.
+        prepare=lambda module: _pktgen.Settings.from_params(module.params),
+        libraries=dict(libbpf=False, pyroute2=False),
         privileges=lambda params: ("CAP_NET_ADMIN",) + (("CAP_SYS_ADMIN",) if params["netns"] else ()))
 
 

@@ -31,7 +31,7 @@ description:
 author:
   - ebpf.xdp developers (@ebpf-xdp)
 requirements:
-  - pyroute2 on the managed host; root (C(CAP_NET_RAW); the xdp engine also C(CAP_BPF) or C(CAP_SYS_ADMIN),
+  - root on the managed host (C(CAP_NET_RAW); the xdp engine also C(CAP_BPF) or C(CAP_SYS_ADMIN),
     and C(CAP_NET_ADMIN))
   - for the xdp engine, Linux 5.18 or newer (live frames), libbpf >= 1.0 and O(object); Linux 6.3 or newer
     reports every device's XDP features, older kernels only a veth peer's XDP program
@@ -289,7 +289,7 @@ def send(params, check_mode, _module):
 
 
 def main():
-    _common.run_module(ARGUMENT_SPEC, libraries=dict(libbpf=False), work=send,
+    _common.run_module(ARGUMENT_SPEC, libraries=dict(libbpf=False, pyroute2=False), work=send,
                        privileges=lambda params: ("CAP_NET_RAW",) + (("CAP_SYS_ADMIN",) if params["netns"] else ()))
 
 

@@ -184,8 +184,9 @@ class ObjectCache:
 
 
 def install(src: str, dest: str) -> None:
-    """Copy src to dest atomically (write a temporary file, then rename)."""
+    """Copy src to dest atomically (write a temporary file, then rename), creating dest's directory if needed."""
     directory = os.path.dirname(os.path.abspath(dest))
+    os.makedirs(directory, 0o755, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".ebpf_xdp-", dir=directory)
     try:
         with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:

@@ -30,6 +30,7 @@ import platform
 import sys
 from typing import Iterator
 
+from ansible_collections.ebpf.xdp.plugins.module_utils.host.netlink import XDP_ATTACHED_MODES
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 LIBBPF_SONAME = "libbpf.so.1"
@@ -56,8 +57,6 @@ XDP_FLAGS_UPDATE_IF_NOEXIST = 1 << 0
 XDP_FLAGS_SKB_MODE = 1 << 1
 XDP_FLAGS_DRV_MODE = 1 << 2
 XDP_FLAGS_REPLACE = 1 << 4
-# XDP_ATTACHED_* (uapi/linux/if_link.h) -> the collection's mode names.
-XDP_ATTACHED_MODES = {1: "native", 2: "generic", 3: "offload", 4: "multi"}
 
 BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
 

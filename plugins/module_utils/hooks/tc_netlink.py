@@ -39,25 +39,11 @@ import errno
 import os
 import socket
 import struct
-import traceback
 from typing import NoReturn
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import nlmsg as _nlmsg, session as _session
 from ansible_collections.ebpf.xdp.plugins.module_utils.host.netns import NotFoundError
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
-
-try:
-    from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_DUMP, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST
-    from pyroute2.netlink import NLA_F_NESTED, nla, nlmsg
-    from pyroute2.netlink.exceptions import NetlinkError
-except ImportError:
-    HAS_PYROUTE2 = False
-    PYROUTE2_IMPORT_ERROR = traceback.format_exc()
-    nla = nlmsg = object  # the classes below stay importable; _common reports the missing library
-    NLA_F_NESTED = 1 << 15
-else:
-    HAS_PYROUTE2 = True
-    PYROUTE2_IMPORT_ERROR = None
 
 # rtnetlink message types (uapi/linux/rtnetlink.h).
 RTM_NEWQDISC, RTM_DELQDISC, RTM_GETQDISC = 36, 37, 38
@@ -82,6 +68,9 @@ VERDICTS = {-1: "continue", 0: "pass", 1: "reclassify", 2: "drop", 3: "pipe", 4:
             5: "queued", 6: "repeat", 7: "redirect", 8: "trap"}
 VERDICT_ALIASES = {"ok": 0, "shot": 2, "unspec": -1}
 
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP = _nlmsg.NLM_F_REQUEST, 0x4, _nlmsg.NLM_F_DUMP
+NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 0x100, 0x200, 0x400
+
 _ACT_BPF_PARMS = struct.Struct("=IIiii")  # struct tc_act_bpf: tc_gen index, capab, action, refcnt, bindcnt
 NO_ACT_BPF = "this kernel has no act_bpf (CONFIG_NET_ACT_BPF); use cls_bpf or tcx instead"
 
@@ -99,129 +88,21 @@ class TcError(EbpfXdpError):
         super().__init__(message)
 
 
-# ---------------------------------------------------------------- message classes
-#
-# One set of classes encodes requests and decodes answers, attributes in the
-# order of the uapi enums (the position is the type). C structures travel as
-# cdata, packed and unpacked with struct next to the code that uses them, so
-# no pyroute2 struct helper is involved (its u32 selector misreads the keys).
+class _Refused(Exception):
+    """The kernel's no to a request: its errno, and its extended ack message when it said more."""
+
+    def __init__(self, code: int, reason: str):
+        super().__init__(code, reason)
+        self.code = code
+        self.reason = reason
 
 
-class _ActBpfOptions(nla):
-    nla_flags = NLA_F_NESTED  # as tc sends TCA_ACT_OPTIONS
-    nla_map = (
-        ("TCA_ACT_BPF_UNSPEC", "none"),
-        ("TCA_ACT_BPF_TM", "cdata"),
-        ("TCA_ACT_BPF_PARMS", "cdata"),
-        ("TCA_ACT_BPF_OPS_LEN", "uint16"),
-        ("TCA_ACT_BPF_OPS", "cdata"),
-        ("TCA_ACT_BPF_FD", "uint32"),
-        ("TCA_ACT_BPF_NAME", "asciiz"),
-        ("TCA_ACT_BPF_PAD", "none"),
-        ("TCA_ACT_BPF_TAG", "cdata"),
-        ("TCA_ACT_BPF_ID", "uint32"),
-    )
-
-
-class _Action(nla):
-    nla_map = (
-        ("TCA_ACT_UNSPEC", "none"),
-        ("TCA_ACT_KIND", "asciiz"),
-        ("TCA_ACT_OPTIONS", "get_act_options"),
-        ("TCA_ACT_INDEX", "uint32"),
-        ("TCA_ACT_STATS", "cdata"),
-    )
-
-    @staticmethod
-    def get_act_options(action, *argv, **kwarg):
-        # pyroute2 asks the message being decoded which class its options are.
-        return _ActBpfOptions if action.get_attr("TCA_ACT_KIND") == "bpf" else action.cdata
-
-
-class _Actions(nla):
-    # TCA_ACT_PRIO_1 .. TCA_ACT_PRIO_32: the attribute type is the action's order.
-    nla_map = tuple(("TCA_ACT_PRIO_%d" % i, "action") for i in range(33))
-    action = _Action
-
-
-class _BpfOptions(nla):
-    nla_map = (
-        ("TCA_BPF_UNSPEC", "none"),
-        ("TCA_BPF_ACT", "actions"),
-        ("TCA_BPF_POLICE", "cdata"),
-        ("TCA_BPF_CLASSID", "uint32"),
-        ("TCA_BPF_OPS_LEN", "uint16"),
-        ("TCA_BPF_OPS", "cdata"),
-        ("TCA_BPF_FD", "uint32"),
-        ("TCA_BPF_NAME", "asciiz"),
-        ("TCA_BPF_FLAGS", "uint32"),
-        ("TCA_BPF_FLAGS_GEN", "uint32"),
-        ("TCA_BPF_TAG", "cdata"),
-        ("TCA_BPF_ID", "uint32"),
-    )
-    actions = _Actions
-
-
-class _U32Options(nla):
-    nla_map = (
-        ("TCA_U32_UNSPEC", "none"),
-        ("TCA_U32_CLASSID", "uint32"),
-        ("TCA_U32_HASH", "uint32"),
-        ("TCA_U32_LINK", "uint32"),
-        ("TCA_U32_DIVISOR", "uint32"),
-        ("TCA_U32_SEL", "cdata"),
-        ("TCA_U32_POLICE", "cdata"),
-        ("TCA_U32_ACT", "actions"),
-        ("TCA_U32_INDEV", "asciiz"),
-        ("TCA_U32_PCNT", "cdata"),
-        ("TCA_U32_MARK", "cdata"),
-        ("TCA_U32_FLAGS", "uint32"),
-    )
-    actions = _Actions
-
-
-class _TcMsg(nlmsg):
-    prefix = "TCA_"
-    fields = (
-        ("family", "B"),
-        ("pad1", "B"),
-        ("pad2", "H"),
-        ("index", "i"),
-        ("handle", "I"),
-        ("parent", "I"),
-        ("info", "I"),
-    )
-    nla_map = (
-        ("TCA_UNSPEC", "none"),
-        ("TCA_KIND", "asciiz"),
-        ("TCA_OPTIONS", "get_options"),
-        ("TCA_STATS", "cdata"),
-        ("TCA_XSTATS", "cdata"),
-        ("TCA_RATE", "cdata"),
-        ("TCA_FCNT", "cdata"),
-        ("TCA_STATS2", "cdata"),
-        ("TCA_STAB", "cdata"),
-        ("TCA_PAD", "none"),
-        ("TCA_DUMP_INVISIBLE", "none"),
-        ("TCA_CHAIN", "uint32"),
-    )
-
-    @staticmethod
-    def get_options(msg, *argv, **kwarg):
-        return {"bpf": _BpfOptions, "u32": _U32Options}.get(msg.get_attr("TCA_KIND"), msg.cdata)
-
-
-def _tcmsg(ifindex: int, parent: int, handle: int = 0, info: int = 0, attrs=()) -> _TcMsg:
-    msg = _TcMsg()
-    # pyroute2 0.7 starts every field at 0, 0.9 leaves them unset: set them all.
-    msg["family"] = socket.AF_UNSPEC
-    msg["pad1"] = msg["pad2"] = 0
-    msg["index"] = ifindex
-    msg["handle"] = handle
-    msg["parent"] = parent
-    msg["info"] = info
-    msg["attrs"] = [list(a) for a in attrs]
-    return msg
+def _messages():
+    """The message classes (hooks/tc_messages), imported with pyroute2 on the first request: a run that never
+    dumps filters or writes tc pays none of pyroute2's import (~0.3 s here, seconds on an emulated host)."""
+    from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import (  # pylint: disable=import-outside-toplevel
+        tc_messages)
+    return tc_messages
 
 
 def protocol_number(name: str) -> int:
@@ -242,9 +123,12 @@ def _socket():
     return _session.socket()
 
 
-def _request(ipr, msg: _TcMsg, msg_type: int, flags: int) -> list:
+def _request(ipr, msg, msg_type: int, flags: int) -> list:
+    messages = _messages()
     try:
-        return list(ipr.nlm_request(msg, msg_type=msg_type, msg_flags=flags))
+        return messages.request(ipr, msg, msg_type, flags)
+    except messages.NetlinkError as exc:
+        raise _Refused(exc.code, messages.ext_ack(exc)) from None
     finally:
         # Even when refused: the kernel may have done part of it. A filter changes no qdisc.
         if msg_type in (RTM_NEWTFILTER, RTM_DELTFILTER):
@@ -253,25 +137,21 @@ def _request(ipr, msg: _TcMsg, msg_type: int, flags: int) -> list:
             _session.wrote()
 
 
-def _dump(ipr, msg: _TcMsg, msg_type: int) -> list[_TcMsg]:
-    """The kernel's answers decoded again with this file's classes, which know every attribute we read."""
-    found = []
-    for answer in _request(ipr, msg, msg_type, NLM_F_REQUEST | NLM_F_DUMP):
-        # Both versions keep the received buffer and the message's place in it.
-        again = _TcMsg(answer.data, offset=answer.offset, length=answer.length)
-        again.decode()
-        found.append(again)
-    return found
+def _dump(ipr, msg, msg_type: int) -> list:
+    """The kernel's answers decoded again with tc_messages' classes, which know every attribute we read."""
+    return [_messages().decoded(answer) for answer in _request(ipr, msg, msg_type, NLM_F_REQUEST | NLM_F_DUMP)]
 
 
-def _reason(exc: NetlinkError) -> str:
+def _tcmsg(ifindex: int, parent: int, handle: int = 0, info: int = 0, attrs=()):
+    return _messages().tcmsg(ifindex, parent, handle, info, attrs)
+
+
+def _reason(exc: _Refused) -> str:
     """The kernel's extended ack message, when it said more than the errno."""
-    args = getattr(exc, "args", ())
-    text = args[1] if len(args) > 1 and isinstance(args[1], str) else ""
-    return "" if text == os.strerror(exc.code) else text.rstrip(".")
+    return "" if exc.reason == os.strerror(exc.code) else exc.reason.rstrip(".")
 
 
-def _fail(what: str, exc: NetlinkError, hint: str = "") -> NoReturn:
+def _fail(what: str, exc: _Refused, hint: str = "") -> NoReturn:
     if exc.code == errno.ENODEV:
         raise NotFoundError("%s: no such interface in this network namespace" % what)
     reason = _reason(exc)
@@ -280,13 +160,12 @@ def _fail(what: str, exc: NetlinkError, hint: str = "") -> NoReturn:
     raise TcError(what, exc.code, reason)
 
 
-def _check_interface(ipr, ifindex: int, what: str) -> None:
+def _check_interface(ifindex: int, what: str) -> None:
+    # A socket opened here is in the current namespace: its ioctl names the interface there.
     try:
-        ipr.link("get", index=ifindex)
-    except NetlinkError as exc:
-        if exc.code == errno.ENODEV:
-            raise NotFoundError("%s: ifindex %d does not exist in this network namespace" % (what, ifindex))
-        _fail(what, exc)
+        socket.if_indextoname(ifindex)
+    except OSError:
+        raise NotFoundError("%s: ifindex %d does not exist in this network namespace" % (what, ifindex))
 
 
 # ---------------------------------------------------------------- the hook qdisc
@@ -314,20 +193,19 @@ def _hook_kinds() -> dict[int, str | None]:
     return kinds
 
 
-def _qdisc_kind(ipr, ifindex: int, what: str) -> str | None:
+def _qdisc_kind(ifindex: int, what: str) -> str | None:
     # The kernel dumps every qdisc of the namespace (a get of one would do, but pyroute2 0.7 never sees its
     # answer): within a host session (_session) many interfaces share one dump.
     kinds = _hook_qdiscs(what)
     if ifindex not in kinds:
         # Every interface has a root qdisc: none at all means no such interface.
-        _check_interface(ipr, ifindex, what)
+        _check_interface(ifindex, what)
     return kinds.get(ifindex)
 
 
 def qdisc_kind(ifindex: int) -> str | None:
     """What holds the tc hook: "clsact", "ingress" (the plain ingress qdisc, which excludes clsact) or None."""
-    with _socket() as ipr:
-        return _qdisc_kind(ipr, ifindex, "read the qdiscs of ifindex %d" % ifindex)
+    return _qdisc_kind(ifindex, "read the qdiscs of ifindex %d" % ifindex)
 
 
 def ensure_clsact(ifindex: int) -> bool:
@@ -338,18 +216,18 @@ def ensure_clsact(ifindex: int) -> bool:
     not replaced.
     """
     what = "add clsact qdisc to ifindex %d" % ifindex
+    kind = _qdisc_kind(ifindex, what)
+    if kind == "clsact":
+        return False
+    if kind is not None:
+        raise TcError("%s: the %s qdisc is there, and clsact cannot share its place "
+                      "(remove it with `tc qdisc del dev DEV %s` if nothing needs it)" % (what, kind, kind))
     with _socket() as ipr:
-        kind = _qdisc_kind(ipr, ifindex, what)
-        if kind == "clsact":
-            return False
-        if kind is not None:
-            raise TcError("%s: the %s qdisc is there, and clsact cannot share its place "
-                          "(remove it with `tc qdisc del dev DEV %s` if nothing needs it)" % (what, kind, kind))
         msg = _tcmsg(ifindex, TC_H_CLSACT, HOOK_QDISC_HANDLE, attrs=[("TCA_KIND", "clsact")])
         try:
             _request(ipr, msg, RTM_NEWQDISC, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL)
-        except NetlinkError as exc:
-            if exc.code == errno.EEXIST and _qdisc_kind(ipr, ifindex, what) == "clsact":
+        except _Refused as exc:
+            if exc.code == errno.EEXIST and _qdisc_kind(ifindex, what) == "clsact":
                 return False  # created by someone else meanwhile
             _fail(what, exc)
         return True
@@ -362,17 +240,17 @@ def delete_clsact(ifindex: int) -> bool:
     refused: it is not what ensure_clsact() made.
     """
     what = "delete clsact qdisc of ifindex %d" % ifindex
+    kind = _qdisc_kind(ifindex, what)
+    if kind is None:
+        return False
+    if kind != "clsact":
+        raise TcError("%s: the hook qdisc is the plain %s qdisc, not clsact" % (what, kind))
     with _socket() as ipr:
-        kind = _qdisc_kind(ipr, ifindex, what)
-        if kind is None:
-            return False
-        if kind != "clsact":
-            raise TcError("%s: the hook qdisc is the plain %s qdisc, not clsact" % (what, kind))
         msg = _tcmsg(ifindex, TC_H_CLSACT, HOOK_QDISC_HANDLE, attrs=[("TCA_KIND", "clsact")])
         try:
             _request(ipr, msg, RTM_DELQDISC, NLM_F_REQUEST | NLM_F_ACK)
-        except NetlinkError as exc:
-            if _qdisc_kind(ipr, ifindex, what) is None:
+        except _Refused as exc:
+            if _qdisc_kind(ifindex, what) is None:
                 return False  # deleted by someone else meanwhile
             _fail(what, exc)
         return True
@@ -431,7 +309,7 @@ def _actions(acts) -> list[dict]:
     return [_describe_action(act) for _order, act in ordered]
 
 
-def _describe(msg: _TcMsg) -> dict | None:
+def _describe(msg) -> dict | None:
     """One filter as callers see it; None for what only organises filters (a prio's head, u32 hash tables)."""
     kind = msg.get_attr("TCA_KIND")
     opts = msg.get_attr("TCA_OPTIONS")
@@ -460,22 +338,24 @@ def _describe(msg: _TcMsg) -> dict | None:
     return found
 
 
-def _dump_filters(ipr, ifindex: int, direction: str, what: str, prio: int = 0) -> list[_TcMsg]:
-    # A prio in tcm_info makes the kernel dump only that priority.
+def _dump_filters(ifindex: int, direction: str, what: str, prio: int = 0) -> list:
+    def read():
+        with _socket() as ipr:
+            # A prio in tcm_info makes the kernel dump only that priority.
+            return _dump(ipr, _tcmsg(ifindex, _parent(direction), info=(prio & 0xFFFF) << 16), RTM_GETTFILTER)
     try:
-        return _session.dump(("filters", ifindex, direction, prio), lambda: _dump(
-            ipr, _tcmsg(ifindex, _parent(direction), info=(prio & 0xFFFF) << 16), RTM_GETTFILTER))
-    except NetlinkError as exc:
+        return _session.dump(("filters", ifindex, direction, prio), read)
+    except _Refused as exc:
         _fail(what, exc)
 
 
-def _filters(ipr, ifindex: int, direction: str, what: str, prio: int = 0) -> list[dict]:
-    kind = _qdisc_kind(ipr, ifindex, what)
+def _filters(ifindex: int, direction: str, what: str, prio: int = 0) -> list[dict]:
+    kind = _qdisc_kind(ifindex, what)
     if kind is None or (kind == "ingress" and direction == "egress"):
         # No egress hook without clsact: the plain ingress qdisc would answer
         # a dump of ffff:fff3 with its ingress filters.
         return []
-    described = (_describe(m) for m in _dump_filters(ipr, ifindex, direction, what, prio))
+    described = (_describe(m) for m in _dump_filters(ifindex, direction, what, prio))
     return [f for f in described if f is not None]
 
 
@@ -488,8 +368,7 @@ def filters(ifindex: int, direction: str) -> list[dict]:
     are those of its first act_bpf action.
     """
     _parent(direction)
-    with _socket() as ipr:
-        return _filters(ipr, ifindex, direction, "read the %s filters of ifindex %d" % (direction, ifindex))
+    return _filters(ifindex, direction, "read the %s filters of ifindex %d" % (direction, ifindex))
 
 
 # ---------------------------------------------------------------- attaching and detaching
@@ -511,8 +390,8 @@ def _check_slot(prio: int, handle: int, what: str) -> None:
                       "a filter instead)" % what)
 
 
-def _require_clsact(ipr, ifindex: int, what: str) -> None:
-    kind = _qdisc_kind(ipr, ifindex, what)
+def _require_clsact(ifindex: int, what: str) -> None:
+    kind = _qdisc_kind(ifindex, what)
     if kind is None:
         raise TcError("%s: ifindex %d has no clsact qdisc; create it first" % (what, ifindex))
     if kind != "clsact":
@@ -520,7 +399,7 @@ def _require_clsact(ipr, ifindex: int, what: str) -> None:
         raise TcError("%s: the hook qdisc of ifindex %d is the plain %s qdisc, not clsact" % (what, ifindex, kind))
 
 
-def _u32_handle(ipr, ifindex: int, direction: str, prio: int, handle: int, what: str) -> int:
+def _u32_handle(ifindex: int, direction: str, prio: int, handle: int, what: str) -> int:
     """The full u32 handle (hash table:bucket:node) of node `handle` at `prio`.
 
     The kernel numbers each priority's root hash table itself (800:, 801:,
@@ -529,7 +408,7 @@ def _u32_handle(ipr, ifindex: int, direction: str, prio: int, handle: int, what:
     """
     if handle & TC_U32_HTID_MASK:
         return handle
-    for msg in _dump_filters(ipr, ifindex, direction, what, prio):
+    for msg in _dump_filters(ifindex, direction, what, prio):
         table = msg["handle"]
         if msg.get_attr("TCA_KIND") == "u32" and msg["info"] >> 16 == prio and table \
                 and not table & ~TC_U32_HTID_MASK:
@@ -544,7 +423,7 @@ def _new_filter(ipr, ifindex: int, direction: str, prio: int, handle: int, kind:
                  attrs=[("TCA_KIND", kind), ("TCA_OPTIONS", {"attrs": options})])
     try:
         _request(ipr, msg, RTM_NEWTFILTER, flags)
-    except NetlinkError as exc:
+    except _Refused as exc:
         reason = _reason(exc)
         hint = ""
         if exc.code == errno.EEXIST:
@@ -574,7 +453,7 @@ def attach_cls_bpf(ifindex: int, direction: str, prog_fd: int, name: str, prio: 
     _check_slot(prio, handle, what)
     options = [("TCA_BPF_FD", prog_fd), ("TCA_BPF_NAME", name), ("TCA_BPF_FLAGS", TCA_BPF_FLAG_ACT_DIRECT)]
     with _socket() as ipr:
-        _require_clsact(ipr, ifindex, what)
+        _require_clsact(ifindex, what)
         _new_filter(ipr, ifindex, direction, prio, handle, "bpf", options, replace, what, "sched_cls", protocol)
 
 
@@ -605,8 +484,8 @@ def attach_act_bpf(ifindex: int, direction: str, prog_fd: int, name: str, prio: 
     ]}
     options = [("TCA_U32_SEL", selector), ("TCA_U32_ACT", {"attrs": [("TCA_ACT_PRIO_1", act_bpf)]})]
     with _socket() as ipr:
-        _require_clsact(ipr, ifindex, what)
-        full = _u32_handle(ipr, ifindex, direction, prio, handle, what)
+        _require_clsact(ifindex, what)
+        full = _u32_handle(ifindex, direction, prio, handle, what)
         _new_filter(ipr, ifindex, direction, prio, full, "u32", options, replace, what, "sched_act", protocol)
 
 
@@ -621,12 +500,12 @@ def delete_filter(ifindex: int, direction: str, prio: int, handle: int, kind: st
     parent = _parent(direction)
     with _socket() as ipr:
         if kind == "u32":
-            handle = _u32_handle(ipr, ifindex, direction, prio, handle, what)
+            handle = _u32_handle(ifindex, direction, prio, handle, what)
         # Protocol 0: whatever protocol the filter at this prio has.
         msg = _tcmsg(ifindex, parent, handle, _info(prio, 0), attrs=[("TCA_KIND", kind)])
         try:
             _request(ipr, msg, RTM_DELTFILTER, NLM_F_REQUEST | NLM_F_ACK)
-        except NetlinkError as exc:
+        except _Refused as exc:
             reason = _reason(exc)
             hint = ""
             if exc.code == errno.ENOENT:
@@ -634,10 +513,10 @@ def delete_filter(ifindex: int, direction: str, prio: int, handle: int, kind: st
             elif exc.code == errno.EINVAL and "kind" in reason:
                 hint = "the filter at prio %d is not a %s filter" % (prio, kind)
             _fail(what, exc, hint)
-        if kind == "u32" and not _filters(ipr, ifindex, direction, what, prio):
+        if kind == "u32" and not _filters(ifindex, direction, what, prio):
             empty = _tcmsg(ifindex, parent, 0, _info(prio, 0), attrs=[("TCA_KIND", "u32")])
             try:
                 _request(ipr, empty, RTM_DELTFILTER, NLM_F_REQUEST | NLM_F_ACK)
-            except NetlinkError as exc:
+            except _Refused as exc:
                 if exc.code not in (errno.ENOENT, errno.EINVAL):  # already gone with its last filter
                     _fail("delete the empty u32 prio %d on %s of ifindex %d" % (prio, direction, ifindex), exc)

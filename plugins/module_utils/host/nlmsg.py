@@ -7,9 +7,9 @@
 
 Private to the ebpf.xdp collection: the interface may change without notice.
 
-For what is read often or what pyroute2 has no binding for (the links and
-qdiscs the facts read on every scrape, the netdev family's xdp_features);
-everything else speaks netlink through pyroute2. Works in the current
+For every netlink read (links, qdiscs, the netdev family's xdp_features):
+only tc's filters and writes go through pyroute2 (hooks/tc_netlink), whose
+import is most of a module's start-up. Works in the current
 network namespace.
 """
 
@@ -43,13 +43,14 @@ def attributes(data: bytes, start: int = 0, end: int | None = None) -> dict[int,
     return found
 
 
-def dump(request: int, header: bytes, what: str) -> list[tuple[bytes, dict[int, bytes]]]:
+def dump(request: int, header: bytes, what: str, attrs: bytes = b"") -> list[tuple[bytes, dict[int, bytes]]]:
     """The answers to an rtnetlink dump request (RTM_GETLINK, RTM_GETQDISC, ...) for every object of the
     current namespace: each answer's family header (as long as the request's: struct ifinfomsg, struct
-    tcmsg, ...) and its attributes."""
+    tcmsg, ...) and its attributes. attrs: the request's own (packed with attr())."""
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as sock:
         sock.bind((0, 0))
-        sock.send(struct.pack("=IHHII", 16 + len(header), request, NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + header)
+        body = header + attrs
+        sock.send(struct.pack("=IHHII", 16 + len(body), request, NLM_F_REQUEST | NLM_F_DUMP, 1, 0) + body)
         answers = []
         while True:
             data = sock.recv(1 << 20)

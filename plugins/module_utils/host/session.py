@@ -26,11 +26,6 @@ import collections
 import contextlib
 import os
 
-try:
-    from pyroute2 import IPRoute
-except ImportError:
-    IPRoute = None  # a module needing netlink has failed already, naming pyroute2 (_common.require_libraries)
-
 
 def current_netns() -> tuple[int, int]:
     """The calling thread's network namespace (setns() is per thread), by device and inode."""
@@ -40,6 +35,9 @@ def current_netns() -> tuple[int, int]:
 
 def open_socket():
     """A new rtnetlink socket in the calling thread's namespace (it stays there when the thread leaves)."""
+    # pyroute2 is imported here, by the first run that writes tc (reads go through host/nlmsg): its import is
+    # most of a module's start-up (~0.3 s here, seconds on an emulated host).
+    from pyroute2 import IPRoute  # pylint: disable=import-outside-toplevel
     # ext_ack: the kernel's own reason ("Specified filter handle not found")
     # comes back in NetlinkError.args[1], in 0.7 and 0.9 alike.
     ipr = IPRoute(ext_ack=True)

@@ -49,7 +49,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from ansible_collections.ebpf.xdp.plugins.module_utils.host import cpus as _cpus, netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import cpus as _cpus, netlink as _netlink, netns as _netns
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
@@ -349,41 +349,20 @@ class Target:
                               % (what, self.peer_generic_xdp, crash))
 
 
-def _generic_prog(link) -> int:
-    xdp = link.get_attr("IFLA_XDP")
-    if not xdp:
-        return 0
-    if xdp.get_attr("IFLA_XDP_ATTACHED") == 2:  # XDP_ATTACHED_SKB
-        return xdp.get_attr("IFLA_XDP_PROG_ID") or 0
-    return xdp.get_attr("IFLA_XDP_SKB_PROG_ID") or 0
+def _generic_prog(link: dict) -> int:
+    xdp = link["xdp"]
+    return xdp["prog_id"] if xdp["mode"] == "generic" else xdp["generic_prog_id"]
 
 
 def read_target(ifname: str) -> Target:
     """The interface in the current namespace, and for a veth its peer's generic XDP program (the peer is
     read where IFLA_LINK_NETNSID says it is, with IFLA_IF_NETNSID, without entering that namespace)."""
-    # Imported here: settings are validated before pyroute2's import (seconds on a slow host) is paid.
-    from pyroute2 import IPRoute
-    from pyroute2.netlink.exceptions import NetlinkError
-    with IPRoute() as ipr:
-        try:
-            link = ipr.link("get", ifname=ifname)[0]
-        except NetlinkError as exc:
-            if exc.code == errno.ENODEV:
-                raise _netns.NotFoundError("interface %r does not exist in this network namespace" % ifname)
-            raise
-        info = link.get_attr("IFLA_LINKINFO")
-        target = Target(name=ifname, up=bool(link["flags"] & 1), carrier=bool(link.get_attr("IFLA_CARRIER")),
-                        mtu=link.get_attr("IFLA_MTU"), kind=info.get_attr("IFLA_INFO_KIND") if info else None,
-                        generic_xdp=_generic_prog(link))
-        peer = link.get_attr("IFLA_LINK")
-        if target.kind == "veth" and peer:
-            nsid = link.get_attr("IFLA_LINK_NETNSID")
-            extra = {"IFLA_IF_NETNSID": nsid} if nsid is not None and nsid >= 0 else {}
-            try:
-                found = ipr.link("get", index=peer, **extra)
-            except NetlinkError:
-                found = []  # a peer we may not read: nothing to refuse for
-            target.peer_generic_xdp = _generic_prog(found[0]) if found else 0
+    link = _netlink.interface(ifname)
+    target = Target(name=ifname, up=link["up"], carrier=link["carrier"], mtu=link["mtu"], kind=link["kind"],
+                    generic_xdp=_generic_prog(link))
+    if target.kind == "veth":
+        peer = _netlink.peer(link)  # None: one we may not read, nothing to refuse for
+        target.peer_generic_xdp = _generic_prog(peer) if peer else 0
     return target
 
 

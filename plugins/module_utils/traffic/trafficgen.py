@@ -54,11 +54,6 @@ from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
 from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
-try:
-    from pyroute2 import IPRoute
-except ImportError:
-    IPRoute = None  # the module checks for pyroute2 (the Ansible edge's require_libraries) before calling in here
-
 PROGRAM = "xdp_trafficgen"
 COUNTER_MAP = "tx_count"
 TEMPLATE_MAP = "tg_template"
@@ -86,8 +81,6 @@ TEMPLATE = struct.Struct("=IBBH%ds" % HEADER_MAX)
 L4_TYPES = {"udp": 1, "tcp": 2, "icmp": 0}
 # struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex.
 XDP_MD = struct.Struct("=6I")
-
-IFF_UP = 0x1
 
 
 class TrafficgenError(EbpfXdpError):
@@ -314,30 +307,14 @@ class Device:
 
 def read_device(ifname: str) -> Device:
     """The interface's state, its xdp_features and (on old kernels, for a veth) its peer's XDP program."""
-    with IPRoute() as ipr:
-        links = ipr.link("get", ifname=ifname)
-        link = links[0]
-        info = link.get_attr("IFLA_LINKINFO")
-        device = Device(name=ifname, up=bool(link["flags"] & IFF_UP),
-                        carrier=bool(link.get_attr("IFLA_CARRIER")),
-                        kind=info.get_attr("IFLA_INFO_KIND") if info else None)
-        device.features = _netdev.xdp_features(link["index"])
-        if device.features is None and device.kind == "veth":
-            device.peer_xdp = _peer_has_xdp(ipr, link)
+    link = _netlink.interface(ifname)
+    device = Device(name=ifname, up=link["up"], carrier=link["carrier"], kind=link["kind"])
+    device.features = _netdev.xdp_features(link["ifindex"])
+    if device.features is None and device.kind == "veth":
+        # Read where the peer is (IFLA_LINK_NETNSID), without entering that namespace.
+        peer = _netlink.peer(link)
+        device.peer_xdp = bool(peer["xdp"]["prog_id"]) if peer else None
     return device
-
-
-def _peer_has_xdp(ipr, link) -> bool | None:
-    """A veth's IFLA_LINK is its peer's index, in the namespace IFLA_LINK_NETNSID names (if another);
-    RTM_GETLINK with IFLA_IF_NETNSID reads it there without entering that namespace."""
-    peer = link.get_attr("IFLA_LINK")
-    if not peer:
-        return None
-    nsid = link.get_attr("IFLA_LINK_NETNSID")
-    extra = {"IFLA_IF_NETNSID": nsid} if nsid is not None and nsid >= 0 else {}
-    found = ipr.link("get", index=peer, **extra)
-    xdp = found[0].get_attr("IFLA_XDP") if found else None
-    return bool(xdp and xdp.get_attr("IFLA_XDP_PROG_ID"))
 
 
 def choose_engine(settings: Settings, device: Callable[[], Device],

@@ -7,9 +7,10 @@
 
 What is attached and what its counters say is read on every scrape by the
 collection's own module_utils (_facts.snapshot, the reader behind
-ebpf.xdp.xdp_facts), shipped next to this file under
-ansible_collections/ebpf/xdp/plugins/module_utils so that their imports
-resolve as they do in a module. This file only turns those facts into
+ebpf.xdp.xdp_facts), shipped next to this file as one JSON file
+(module_utils.json: path -> source) and imported from it under their
+package name, ansible_collections.ebpf.xdp.plugins.module_utils, so that
+their imports resolve as they do in a module. This file only turns those facts into
 metric families (prometheus_client's custom collector API) and serves them.
 
 Namespaces read: the exporter's own and every namespace that has a
@@ -32,6 +33,8 @@ import argparse
 import contextlib
 import ctypes
 import errno
+import importlib.abc
+import importlib.util
 import inspect
 import json
 import logging
@@ -355,6 +358,54 @@ def build_samples(config: dict, snapshots: dict, seconds: float, errors: int) ->
     return samples
 
 
+# ---------------------------------------------------------------- the collection's module_utils
+
+
+BUNDLE = os.path.join(os.path.dirname(os.path.realpath(__file__)), "module_utils.json")
+MODULE_UTILS = "ansible_collections.ebpf.xdp.plugins.module_utils"
+
+
+class _Bundled(importlib.abc.MetaPathFinder, importlib.abc.InspectLoader):
+    """Imports the module_utils from the role's one file: {"host/netns.py": source, ...} under MODULE_UTILS."""
+
+    def __init__(self, path: str):
+        with open(path, encoding="utf-8") as src:
+            files = json.load(src)
+        self.path = path
+        self.sources = {}
+        parts = MODULE_UTILS.split(".")
+        self.packages = {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+        for name, source in files.items():
+            dotted = ".".join([MODULE_UTILS] + name[:-len(".py")].split("/"))
+            if dotted.endswith(".__init__"):
+                dotted = dotted[:-len(".__init__")]
+                self.packages.add(dotted)
+            self.sources[dotted] = source
+
+    def find_spec(self, fullname, path=None, target=None):  # pylint: disable=unused-argument
+        if fullname not in self.packages and fullname not in self.sources:
+            return None
+        spec = importlib.util.spec_from_loader(fullname, self, origin="%s:%s" % (self.path, fullname),
+                                               is_package=fullname in self.packages)
+        spec.has_location = False
+        return spec
+
+    def is_package(self, fullname):
+        return fullname in self.packages
+
+    def get_source(self, fullname):
+        return self.sources.get(fullname, "")
+
+    def get_code(self, fullname):
+        return compile(self.get_source(fullname), "%s:%s" % (self.path, fullname), "exec", dont_inherit=True)
+
+
+def use_bundle(path: str = BUNDLE) -> None:
+    """Import the module_utils from the role's file, where there is one (not in a checkout's unit tests)."""
+    if os.path.exists(path) and not any(isinstance(f, _Bundled) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Bundled(path))
+
+
 # ---------------------------------------------------------------- prometheus_client
 
 
@@ -542,12 +593,7 @@ def stale(config: dict, config_path: str) -> bool:
         started = os.stat(config["pid_file"]).st_mtime
     except OSError:
         return False
-    here = os.path.dirname(os.path.realpath(__file__))
-    module_utils = os.path.join(here, "ansible_collections", "ebpf", "xdp", "plugins", "module_utils")
-    paths = [os.path.realpath(__file__), config_path]
-    with contextlib.suppress(OSError):
-        paths += [os.path.join(base, name) for base, _dirs, names in os.walk(module_utils)
-                  for name in names if name.endswith(".py")]
+    paths = [os.path.realpath(__file__), BUNDLE, config_path]
     newest = 0.0
     for path in paths:
         with contextlib.suppress(OSError):
@@ -715,6 +761,7 @@ def main(argv=None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="with --start/--stop/--restart: only say it")
     parser.add_argument("--log-file", help="with --start: where the detached exporter logs")
     args = parser.parse_args(argv)
+    use_bundle()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         config = load_config(json.loads(args.config_json)) if args.config_json else read_config_file(args.config)
@@ -754,9 +801,8 @@ def main(argv=None) -> int:
         print("ebpf_xdp_exporter: %s" % exc, file=sys.stderr)
         return 2
     except ImportError as exc:
-        print("ebpf_xdp_exporter: the collection's module_utils cannot be loaded with %s: %s (they belong under %s)"
-              % (sys.executable, exc, os.path.join(os.path.dirname(os.path.realpath(__file__)), "ansible_collections")),
-              file=sys.stderr)
+        print("ebpf_xdp_exporter: the collection's module_utils cannot be loaded with %s: %s (they belong in %s)"
+              % (sys.executable, exc, BUNDLE), file=sys.stderr)
         return 2
 
 

@@ -1,9 +1,11 @@
 """The pure parts of roles/xdp_metrics: configuration checks, facts -> samples, and the Grafana dashboard."""
 
+import importlib
 import importlib.util
 import json
 import os
 import re
+import sys
 
 import pytest
 
@@ -179,3 +181,28 @@ def test_dashboard_has_the_panels_the_issue_asks_for():
     for panel in _dashboard()["panels"]:
         refs = [t["refId"] for t in panel.get("targets", [])]
         assert len(refs) == len(set(refs)), panel["title"]
+
+
+def test_module_utils_import_from_the_roles_one_file(tmp_path):
+    """module_utils.json (path -> source) gives packages, modules and their relative imports, as a tree would."""
+    bundle = tmp_path / "module_utils.json"
+    bundle.write_text(json.dumps({
+        "zz_layer/__init__.py": "",
+        "zz_layer/low.py": "VALUE = 41\n",
+        "zz_top.py": "from ansible_collections.ebpf.xdp.plugins.module_utils.zz_layer import low as _low\n"
+                     "VALUE = _low.VALUE + 1\n",
+    }))
+    finder = exporter._Bundled(str(bundle))
+    prefix = exporter.MODULE_UTILS
+    assert finder.find_spec("json") is None
+    assert finder.is_package(prefix + ".zz_layer") and finder.is_package("ansible_collections")
+    assert not finder.is_package(prefix + ".zz_top")
+    sys.meta_path.insert(0, finder)
+    try:
+        module = importlib.import_module(prefix + ".zz_top")
+        assert module.VALUE == 42
+        assert module.__loader__.get_source(prefix + ".zz_layer.low") == "VALUE = 41\n"
+    finally:
+        sys.meta_path.remove(finder)
+        for name in (prefix + ".zz_top", prefix + ".zz_layer", prefix + ".zz_layer.low"):
+            sys.modules.pop(name, None)

@@ -67,6 +67,8 @@ ARGS = dict(
     config=dict(type="dict", options={section: dict(type="list", elements="dict") for section in SECTIONS}),
     state=dict(type="str", choices=list(STATES), default="merged"),
     namespaces=dict(type="list", elements="str", default=[]),
+    sources=dict(type="dict", options=dict(dir=dict(type="path", required=True),
+                                           files=dict(type="dict", required=True))),
     **_common.PIN_ROOT_ARGS,
 )
 # Set once for the whole task, never per entry.
@@ -321,7 +323,7 @@ class Run:
         # registered loop's results, which the rollout filters read; `results` itself is Ansible's, for loops).
         self.results: dict[str, list[dict]] = {section: [] for section in SECTIONS}
         # (section, what puts it back: the params to converge, or a hook held as it was, what in words)
-        self.journal: list[tuple[str, dict | _converge.Held, str]] = []
+        self.journal: list[tuple[str, dict | _converge.Held | _compile.Sources, str]] = []
 
     def converge(self, section: str, params: dict) -> dict:
         if section == "objects":
@@ -335,6 +337,20 @@ class Run:
             warnings = []
         self.warnings.extend(warnings)
         return result
+
+    def ship(self, sources: _compile.Sources) -> None:
+        """Write the sources that differ on the host, before the objects compile from them."""
+        names = sources.differing()
+        if not names:
+            return
+        self.changes.append({"entry": "sources in %s" % sources.directory, "section": "sources", "state": "present",
+                             "diff": {"before": {}, "after": {"files": names}}})
+        if not self.check_mode:
+            self.journal.append(("sources", sources, "sources in %s" % sources.directory))
+            try:
+                sources.write(names)
+            except OSError as exc:
+                raise ItemError("sources: %s" % exc, self.put_back()) from exc
 
     def step(self, section: str, index: int | None, params: dict, gathered: dict) -> None:
         label = where(section, index) if index is not None else "%s (not declared)" % describe(
@@ -398,7 +414,7 @@ class Run:
     def forget(self) -> None:
         """The run is over: let go of the hooks held for a put-back."""
         for _section, undo, _label in self.journal:
-            if isinstance(undo, _converge.Held):
+            if isinstance(undo, (_converge.Held, _compile.Sources)):
                 undo.close()
         self.journal = []
 
@@ -407,7 +423,7 @@ class Run:
         said = []
         for section, undo, label in reversed(self.journal):
             try:
-                if isinstance(undo, _converge.Held):
+                if isinstance(undo, (_converge.Held, _compile.Sources)):
                     undo.put_back()
                 else:
                     self.converge(section, undo)
@@ -427,11 +443,14 @@ def run(params: dict, check_mode: bool, run_command, find_clang) -> tuple[dict, 
     before = gather(pin_root, namespaces)
     if state == "gathered":
         return dict(changed=False, gathered=before, namespaces=namespaces), []
+    sources = _compile.Sources(params["sources"]["dir"], params["sources"]["files"]) if params["sources"] else None
     job = Run(pin_root, check_mode, run_command, find_clang)
     # Every entry reads the host through one session; the object store lets go of a revision's object only
     # once the run is over (a put-back may need it again).
     with _session.host(), _revisions.releases_deferred():
         try:
+            if sources:
+                job.ship(sources)
             for section, index, step_params in plan(state, validated, before, pin_root):
                 job.step(section, index, copy.deepcopy(step_params), before)
         finally:

@@ -95,6 +95,26 @@ options:
     type: list
     elements: str
     default: []
+  sources:
+    description:
+      - Source files to write on the host before O(config.objects) compile, carried by the task itself (no copy
+        task, no module run per file).
+      - Only files whose content differs are written, each atomically (mode C(0644), directories C(0755));
+        files not named are left alone. Writing them is a change of the task (C(sources in DIR) in
+        RV(changes)), put back like any other when a later entry fails. No O(state) reads or removes them.
+    type: dict
+    suboptions:
+      dir:
+        description:
+          - The directory they go under.
+        type: path
+        required: true
+      files:
+        description:
+          - Path relative to O(sources.dir) to the file's text, for example from the
+            P(ansible.builtin.file#lookup) lookup with C(rstrip=false).
+        type: dict
+        required: true
 attributes:
   check_mode:
     support: full
@@ -131,6 +151,17 @@ EXAMPLES = r"""
         - interface: eth1
           object: /var/lib/ebpf_xdp/objects/xdp_drop_count.o
           constants: {xdp_action: 2}
+
+- name: Ship the sources in the same task, and compile them
+  ebpf.xdp.datapath:
+    sources:
+      dir: /var/lib/ebpf_xdp/src
+      files:
+        xdp_drop_count.bpf.c: "{{ lookup('ansible.builtin.file', 'bpf/xdp_drop_count.bpf.c', rstrip=false) }}"
+    config:
+      objects:
+        - src: /var/lib/ebpf_xdp/src/xdp_drop_count.bpf.c
+          dest: /var/lib/ebpf_xdp/objects/xdp_drop_count.o
 
 - name: Read what the collection has on the host, in the shape of config
   ebpf.xdp.datapath:

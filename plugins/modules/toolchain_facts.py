@@ -12,11 +12,11 @@ short_description: What a host already has of the collection's toolchain, in one
 version_added: 0.1.0
 description:
   - Sets C(ansible_facts.ebpf_xdp_toolchain) to what the role P(ebpf.xdp.toolchain#role) would otherwise
-    find out task by task, namely the installed version of each package asked for (dpkg), whether bpffs is mounted,
-    whether the kernel has the bpf() syscall and BTF, the kernel release, and the user and effective
-    capabilities of the module's process.
+    find out task by task, namely the distribution (from C(/etc/os-release)), the installed version of each
+    package asked for (dpkg), whether bpffs is mounted, whether the kernel has the bpf() syscall and BTF, the
+    kernel release, and the user and effective capabilities of the module's process.
   - It only reads, so it runs in check mode too. The role uses it to skip its install steps on a host that
-    has everything (a no-change run then costs two module runs per host instead of about fifteen).
+    has everything (a no-change run then costs this one module run per host instead of about fifteen).
 author:
   - ebpf.xdp developers (@ebpf-xdp)
 extends_documentation_fragment:
@@ -71,13 +71,16 @@ ansible_facts:
   contains:
     ebpf_xdp_toolchain:
       description:
-        - C(packages) (name to installed version, null when not installed, or every value null without dpkg),
+        - C(os) (C(distribution) and C(os_family) as M(ansible.builtin.setup) names them, for the distributions
+          the collection supports, else the C(ID) of C(/etc/os-release) and null; C(version_id)),
+          C(packages) (name to installed version, null when not installed, or every value null without dpkg),
           C(dpkg) (whether C(dpkg-query) is there), C(bpffs) (C(path), C(mounted), C(fstype)), C(kernel)
           (C(release), C(bpf_syscall), C(btf)), C(uid), C(capabilities) (C(effective) as a number,
           C(net_admin), C(bpf), C(sys_admin)) and C(files) (path to SHA-1 or null).
       returned: always
       type: dict
       sample:
+        os: {distribution: Debian, os_family: Debian, version_id: "12"}
         packages: {clang: "1:14.0-55.7~deb12u1", llvm: null}
         dpkg: true
         bpffs: {path: /sys/fs/bpf, mounted: true, fstype: bpf}
@@ -142,6 +145,28 @@ def sha1(path):
         return None
 
 
+# /etc/os-release ID (or an ID_LIKE) -> what ansible.builtin.setup calls the distribution and its family.
+DISTRIBUTIONS = {"debian": "Debian", "ubuntu": "Ubuntu"}
+DEBIAN_LIKE = ("debian", "ubuntu")
+
+
+def os_release(path="/etc/os-release"):
+    """distribution, os_family and version_id, as setup would report them for the distributions we know."""
+    fields = {}
+    try:
+        with open(path, encoding="utf-8") as src:
+            for line in src:
+                key, sep, value = line.strip().partition("=")
+                if sep:
+                    fields[key] = value.strip().strip("\"'")
+    except OSError:
+        pass
+    ident = fields.get("ID", "").lower()
+    family = "Debian" if {ident, *fields.get("ID_LIKE", "").lower().split()} & set(DEBIAN_LIKE) else None
+    return {"distribution": DISTRIBUTIONS.get(ident, ident or None), "os_family": family,
+            "version_id": fields.get("VERSION_ID")}
+
+
 def main():
     module = AnsibleModule(argument_spec=dict(
         packages=dict(type="list", elements="str", default=[]),
@@ -152,6 +177,7 @@ def main():
     packages, dpkg = installed(module, p["packages"])
     caps = effective_capabilities()
     facts = {
+        "os": os_release(),
         "packages": packages,
         "dpkg": dpkg,
         "bpffs": {"path": p["bpffs_path"], "mounted": os.path.ismount(p["bpffs_path"]),

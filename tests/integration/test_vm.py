@@ -115,8 +115,8 @@ def test_reachable_with_the_debian_kernel_and_the_toolchain(vm):
     assert adhoc("ansible.builtin.ping")["ping"] == "pong"
     with open(os.path.join(ROOT, "roles", "toolchain", "defaults", "main.yml")) as f:
         packages = yaml.safe_load(f)["toolchain_packages"]
-    with open(os.path.join(ROOT, "roles", "toolchain", "vars", "Debian.yml")) as f:
-        packages += yaml.safe_load(f)["__toolchain_witness_packages"]
+    with open(os.path.join(ROOT, "roles", "toolchain", "vars", "main.yml")) as f:
+        packages += yaml.safe_load(f)["__toolchain_witnesses"]["Debian"]
     res = adhoc("ansible.builtin.shell", "uname -r; dpkg-query -W -f='${db:Status-Abbrev} ${Package}\\n' "
                 + " ".join(packages))
     assert res.get("rc") == 0, res

@@ -183,20 +183,69 @@ class ObjectCache:
         return manifest
 
 
-def install(src: str, dest: str) -> None:
-    """Copy src to dest atomically (write a temporary file, then rename), creating dest's directory if needed."""
-    directory = os.path.dirname(os.path.abspath(dest))
+class Sources:
+    """A tree of source files shipped inside a task (relative path -> text) and written under a directory on the
+    host: only the files whose content differs, each atomically; files it does not name are left alone.
+    What it replaced is kept, so that a failed run can put the tree back (put_back)."""
+
+    def __init__(self, directory: str, files: dict[str, str]):
+        for name in files:
+            parts = name.split("/")
+            if os.path.isabs(name) or not name or ".." in parts or "" in parts:
+                raise CompileError("sources: %r is not a relative path below %s" % (name, directory))
+        self.directory = directory
+        self.files = files
+        self.replaced: dict[str, bytes | None] = {}  # path -> the bytes it had (None: it did not exist)
+
+    def _read(self, path: str) -> bytes | None:
+        try:
+            with open(path, "rb") as src:
+                return src.read()
+        except FileNotFoundError:
+            return None
+
+    def differing(self) -> list[str]:
+        """The names whose file on the host is missing or holds something else."""
+        return sorted(name for name, text in self.files.items()
+                      if self._read(os.path.join(self.directory, name)) != text.encode())
+
+    def write(self, names: list[str]) -> None:
+        for name in names:
+            path = os.path.join(self.directory, name)
+            self.replaced.setdefault(path, self._read(path))
+            _write_atomically(path, self.files[name].encode())
+
+    def put_back(self) -> None:
+        for path, old in self.replaced.items():
+            if old is None:
+                os.unlink(path)
+            else:
+                _write_atomically(path, old)
+        self.replaced = {}
+
+    def close(self) -> None:
+        self.replaced = {}
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    directory = os.path.dirname(path)
     os.makedirs(directory, 0o755, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".ebpf_xdp-", dir=directory)
     try:
-        with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
-            shutil.copyfileobj(inp, out)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
         os.chmod(tmp, 0o644)
-        os.rename(tmp, dest)
+        os.rename(tmp, path)
     except Exception:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def install(src: str, dest: str) -> None:
+    """Copy src to dest atomically (write a temporary file, then rename), creating dest's directory if needed."""
+    with open(src, "rb") as inp:
+        _write_atomically(os.path.abspath(dest), inp.read())
 
 
 # Documented in plugins/modules/bpf_object.py; ebpf.xdp.datapath's objects take the same options.

@@ -2,6 +2,8 @@
 
 import os
 
+import pytest
+
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import compile as _compile
 
 
@@ -96,3 +98,29 @@ def test_an_input_edited_during_the_compile_is_not_cached(tmp_path):
     else:
         raise AssertionError("an edited source was cached")
     assert cache.lookup("01" * 32) is None
+
+
+def test_sources_write_what_differs_and_put_back_what_they_replaced(tmp_path):
+    directory = tmp_path / "src"
+    (directory / "include").mkdir(parents=True)
+    (directory / "include" / "common.h").write_text("old\n")
+    (directory / "kept.c").write_text("same\n")
+    (directory / "theirs.c").write_text("not named\n")
+    sources = _compile.Sources(str(directory), {"kept.c": "same\n", "include/common.h": "new\n", "new/prog.c": "int x;\n"})
+    assert sources.differing() == ["include/common.h", "new/prog.c"]
+    sources.write(sources.differing())
+    assert (directory / "include" / "common.h").read_text() == "new\n"
+    assert (directory / "new" / "prog.c").read_text() == "int x;\n"
+    assert oct((directory / "new" / "prog.c").stat().st_mode & 0o777) == "0o644"
+    assert sources.differing() == []
+    sources.put_back()
+    assert (directory / "include" / "common.h").read_text() == "old\n"
+    assert not (directory / "new" / "prog.c").exists()
+    assert (directory / "theirs.c").read_text() == "not named\n"
+    assert sorted(os.listdir(directory)) == ["include", "kept.c", "new", "theirs.c"]  # no temporary file left
+
+
+def test_sources_stay_below_their_directory(tmp_path):
+    for name in ("../escape.c", "/etc/passwd", "a//b.c", ""):
+        with pytest.raises(_compile.CompileError, match="is not a relative path below"):
+            _compile.Sources(str(tmp_path), {name: "x"})

@@ -38,3 +38,19 @@ def test_this_machine():
     assert toolchain_facts.effective_capabilities() >> toolchain_facts.CAP_NET_ADMIN & 1 == (os.geteuid() == 0)
     assert toolchain_facts.sha1("/nonexistent") is None
     assert len(toolchain_facts.sha1("/etc/hostname")) == 40
+
+
+def test_os_release_names_the_distribution_as_setup_does(tmp_path):
+    def read(text):
+        path = tmp_path / "os-release"
+        path.write_text(text)
+        return toolchain_facts.os_release(str(path))
+
+    assert read('PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\nVERSION_ID="12"\n') == {
+        "distribution": "Debian", "os_family": "Debian", "version_id": "12"}
+    assert read('ID=ubuntu\nID_LIKE=debian\nVERSION_ID="24.04"\n')["distribution"] == "Ubuntu"
+    assert read("ID=linuxmint\nID_LIKE='ubuntu debian'\n") == {
+        "distribution": "linuxmint", "os_family": "Debian", "version_id": None}
+    assert read('ID="fedora"\nVERSION_ID=40\n') == {"distribution": "fedora", "os_family": None, "version_id": "40"}
+    assert toolchain_facts.os_release(str(tmp_path / "missing")) == {
+        "distribution": None, "os_family": None, "version_id": None}

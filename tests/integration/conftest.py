@@ -241,7 +241,8 @@ class ModuleRunner(object):
     def __call__(self, module, args, check=False, diff=False, no_caps=False, pin=True, env=None):
         """The module's result. env: variables for the module's process (direct runs only)."""
         args = dict(args)
-        if pin and module in ("xdp_program", "tc_program", "xdp_facts"):
+        # Every module with a pin_root gets the test's: what a test leaves never reaches the machine's own.
+        if pin and module in ("xdp_program", "tc_program", "xdp_facts", "datapath", "devmap_group"):
             args.setdefault("pin_root", self.pin_root)
         # Root without capabilities: what a task without become looks like to the kernel
         # (a real unprivileged user could not even read a checkout under /root).

@@ -68,8 +68,8 @@ VERDICTS = {-1: "continue", 0: "pass", 1: "reclassify", 2: "drop", 3: "pipe", 4:
             5: "queued", 6: "repeat", 7: "redirect", 8: "trap"}
 VERDICT_ALIASES = {"ok": 0, "shot": 2, "unspec": -1}
 
-NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP = _nlmsg.NLM_F_REQUEST, 0x4, _nlmsg.NLM_F_DUMP
-NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 0x100, 0x200, 0x400
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP = _nlmsg.NLM_F_REQUEST, _nlmsg.NLM_F_ACK, _nlmsg.NLM_F_DUMP
+NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = _nlmsg.NLM_F_REPLACE, _nlmsg.NLM_F_EXCL, _nlmsg.NLM_F_CREATE
 
 _ACT_BPF_PARMS = struct.Struct("=IIiii")  # struct tc_act_bpf: tc_gen index, capab, action, refcnt, bindcnt
 NO_ACT_BPF = "this kernel has no act_bpf (CONFIG_NET_ACT_BPF); use cls_bpf or tcx instead"

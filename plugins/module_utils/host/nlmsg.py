@@ -20,7 +20,8 @@ import socket
 import struct
 
 NLMSG_ERROR, NLMSG_DONE = 2, 3
-NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP = 0x1, 0x4, 0x300
+NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 0x100, 0x200, 0x400  # of a new-object request
 NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED and NLA_F_NET_BYTEORDER
 
 

@@ -155,6 +155,8 @@ def main():
     parser.add_argument("--against", metavar="REV", help="also the collection at this git revision, side by side")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
+    # Each run's line as it ends: a long run stopped half-way keeps what it measured.
+    sys.stdout.reconfigure(line_buffering=True)
     if args.smoke:
         args.hosts, args.forks = "2", "2"  # does it still run? (test_rollout rolls out to 4 hosts)
     forks_list = [int(f) for f in args.forks.split(",")]

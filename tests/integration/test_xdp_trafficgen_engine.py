@@ -321,11 +321,11 @@ def test_before_linux_6_3_a_veth_peers_program_is_read_across_namespaces(pair, d
     """Without the netdev family (xdp_features None), the peer is found through IFLA_LINK(_NETNSID)."""
     monkeypatch.setattr(_trafficgen._netdev, "xdp_features", lambda ifindex: None)
     with _netns.netns(pair.tx):
-        device = _trafficgen.read_device("eth0")
+        device = _trafficgen.read_device(_netlink.interface("eth0"))
     assert (device.kind, device.features, device.peer_xdp) == ("veth", None, False)
     assert device.xdp_ability() == (False, "veth eth0: its peer has no XDP program (on this kernel, without the "
                                            "netdev netlink family, GRO on the peer cannot be told)")
     attach_drop(pair.rx, drop_obj)
     with _netns.netns(pair.tx):
-        assert _trafficgen.read_device("eth0").xdp_ability() == (
+        assert _trafficgen.read_device(_netlink.interface("eth0")).xdp_ability() == (
             True, "veth eth0 takes XDP frames: its peer has an XDP program")

@@ -305,10 +305,10 @@ class Device:
                        "(Linux < 6.3) to report its xdp_features" % what)
 
 
-def read_device(ifname: str) -> Device:
-    """The interface's state, its xdp_features and (on old kernels, for a veth) its peer's XDP program."""
-    link = _netlink.interface(ifname)
-    device = Device(name=ifname, up=link["up"], carrier=link["carrier"], kind=link["kind"])
+def read_device(link: dict) -> Device:
+    """The interface's state (link: as host/netlink describes it), its xdp_features and (on old kernels, for a
+    veth) its peer's XDP program."""
+    device = Device(name=link["ifname"], up=link["up"], carrier=link["carrier"], kind=link["kind"])
     device.features = _netdev.xdp_features(link["ifindex"])
     if device.features is None and device.kind == "veth":
         # Read where the peer is (IFLA_LINK_NETNSID), without entering that namespace.
@@ -522,7 +522,7 @@ def generate(settings: Settings, check_mode: bool = False) -> dict:
         iface = _netlink.interface(settings.interface)
         settings.check_size(iface["mtu"])
         kinds = build_kinds(settings, settings.src_mac or iface["mac"])
-        engine, why = choose_engine(settings, lambda: read_device(settings.interface), libbpf_error)
+        engine, why = choose_engine(settings, lambda: read_device(iface), libbpf_error)
         if check_mode:
             return Result(engine, why, {k.name: 0 for k in kinds}, 0.0,
                           [thread_result(cpu, 0, 0.0) for cpu in cpus], 0).as_dict()

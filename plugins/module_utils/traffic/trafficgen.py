@@ -71,8 +71,6 @@ MAX_REPEAT = 1 << 24
 # of setup and teardown in the kernel (page pool), so runs are long.
 CHUNK_SECONDS = 1.0
 FIRST_CHUNK = 1 << 15
-# Less time than this left is not worth another run's setup.
-MIN_CHUNK_SECONDS = 0.01
 
 # struct tg_template in xdp_trafficgen.bpf.c: kind, L4 type, header length, L4 offset, header bytes
 # (TG_HEADER_MAX of them: MAX_L4_OFFSET 128 plus a TCP header, in 8-byte words).
@@ -453,9 +451,11 @@ def _xdp_send(program: _bpf.Program, data: bytes, ctx: bytes, batch: int, frames
             continue
         # Size the next run from the rate just seen (setup cost included, so it errs short):
         # at most CHUNK_SECONDS, and 10% short of the deadline, which other threads may slow down.
+        # Runs go on until the deadline has passed: a duration is sent in full, overrun by at
+        # most one short run.
         end = time.monotonic()
         remaining = until - end
-        if remaining < MIN_CHUNK_SECONDS:
+        if remaining <= 0:
             break
         chunk = int(min(chunk / max(end - now, 1e-6) * min(remaining, CHUNK_SECONDS) * 0.9, MAX_REPEAT))
         chunk = max(chunk, 1)
@@ -482,17 +482,15 @@ def run_xdp(settings: Settings, kinds: list[Kind], cpus: list[int], ifindex: int
             template.update(struct.pack("=I", 0), kind.template())
             data = kind.frame
             ctx = XDP_MD.pack(0, len(data), 0, ifindex, 0, 0)  # no metadata
+            before = tx_dropped(settings.interface)
+            start = time.monotonic()
             # In duration mode the kinds share the time equally, one after the other.
-            until = None
-            if settings.duration:
-                until = time.monotonic() + settings.duration / len(kinds)
+            until = start + settings.duration / len(kinds) if settings.duration else None
 
             def work(index, _cpu, data=data, ctx=ctx, until=until):
                 frames = share(settings.count, len(cpus), index) if settings.count else None
                 return _xdp_send(loaded.program, data, ctx, settings.batch_size, frames, until)
 
-            before = tx_dropped(settings.interface)
-            start = time.monotonic()
             try:
                 took = in_threads(cpus, work)
             except _bpf.BpfError as exc:

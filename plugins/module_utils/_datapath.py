@@ -33,6 +33,7 @@ entries their values.
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
@@ -442,7 +443,7 @@ def run(params: dict, check_mode: bool, run_command, find_clang) -> tuple[dict, 
     namespaces = scope(validated, params["namespaces"])
     before = gather(pin_root, namespaces)
     if state == "gathered":
-        return dict(changed=False, gathered=before, namespaces=namespaces), []
+        return dict(changed=False, gathered=before, namespaces=namespaces, invocation=invocation(params)), []
     sources = _compile.Sources(params["sources"]["dir"], params["sources"]["files"]) if params["sources"] else None
     job = Run(pin_root, check_mode, run_command, find_clang)
     # Every entry reads the host through one session; the object store lets go of a revision's object only
@@ -458,9 +459,22 @@ def run(params: dict, check_mode: bool, run_command, find_clang) -> tuple[dict, 
     after = before if not job.changes else (predict(before, job.changes) if check_mode else
                                             gather(pin_root, namespaces))
     result = dict(changed=bool(job.changes), before=before, after=after, changes=job.changes,
-                  item_results=job.results, namespaces=namespaces)
+                  item_results=job.results, namespaces=namespaces, invocation=invocation(params))
     result["diff"] = dict(before=before, after=after)
     return result, job.warnings
+
+
+def invocation(params: dict) -> dict:
+    """The result's `invocation`, with each shipped source file as its size and digest instead of its text:
+    the controller handles every result of every host (the sources of a fleet's tasks, tens of kilobytes
+    each, would be copied and converted on every host), and -vvv shows what was shipped."""
+    args = dict(params)
+    if args.get("sources"):
+        files = args["sources"]["files"]
+        args["sources"] = dict(args["sources"], files={
+            name: "%d bytes, sha256 %s" % (len(text.encode()), hashlib.sha256(text.encode()).hexdigest()[:16])
+            for name, text in files.items()})
+    return dict(module_args=args)
 
 
 def predict(before: dict, changes: list[dict]) -> dict:

@@ -227,7 +227,7 @@ def main():
         _datapath.ARGS,
         work=lambda params, check_mode, module: _datapath.run(params, check_mode, module.run_command,
                                                               module.get_bin_path),
-        failure=lambda _params: dict(changed=False, put_back=[]))
+        failure=lambda params: dict(changed=False, put_back=[], invocation=_datapath.invocation(params)))
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ extends_documentation_fragment:
   - ebpf.xdp.interface
   - ebpf.xdp.program
   - ebpf.xdp.pin_root
+  - ebpf.xdp.replay
 options:
   direction:
     description:
@@ -144,6 +145,15 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+replay:
+  description:
+    - With O(replay), the comparison of the attached program and the task's on the pcap's frames, made before the
+      task changed anything; the keys of M(ebpf.xdp.replay)'s result (RV(ebpf.xdp.replay#module:frames),
+      RV(ebpf.xdp.replay#module:changed_verdicts), RV(ebpf.xdp.replay#module:transitions), ...), C(summary) (that
+      module's diff as text) and C(compared) (false, with a C(reason), where the hook has no program of ours yet).
+  returned: when O(replay) is set
+  type: dict
+  sample: {compared: true, frames: 1200, changed_verdicts: 412, summary: "..."}
 attached:
   description: Whether a program is attached after the task.
   returned: always
@@ -267,7 +277,8 @@ verifier_log_tail:
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _common
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import bcc as _bcc
-from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge, revisions as _revisions
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge, replay as _replay, \
+    revisions as _revisions
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.tc import TcHook
 
 
@@ -276,11 +287,19 @@ def prepare(module):
     _common.prepare_backend(module)  # for bcc it may re-run the module under the system Python
 
 
+def work(params, check_mode, _module):
+    # The replay reads the hook as it is, before the converge changes it.
+    replayed = _replay.for_task(params, "tc")
+    result, warnings = _converge.converge_interface(params, check_mode, TcHook.from_params)
+    if replayed is not None:
+        result["replay"] = replayed
+    return result, warnings
+
+
 def main():
     _common.run_module(
-        _common.TC_PROGRAM_ARGS, rules=_revisions.module_rules(_bcc.MODULE_RULES), prepare=prepare,
-        work=lambda params, check_mode, _module: _converge.converge_interface(params, check_mode, TcHook.from_params),
-        failure=lambda params: dict(interface=params["interface"], changed=False))
+        dict(_common.TC_PROGRAM_ARGS, **_replay.TASK_ARGS), rules=_revisions.module_rules(_bcc.MODULE_RULES),
+        prepare=prepare, work=work, failure=lambda params: dict(interface=params["interface"], changed=False))
 
 
 if __name__ == "__main__":

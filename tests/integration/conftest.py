@@ -242,7 +242,7 @@ class ModuleRunner(object):
         """The module's result. env: variables for the module's process (direct runs only)."""
         args = dict(args)
         # Every module with a pin_root gets the test's: what a test leaves never reaches the machine's own.
-        if pin and module in ("xdp_program", "tc_program", "xdp_facts", "datapath", "devmap_group"):
+        if pin and module in ("xdp_program", "tc_program", "xdp_facts", "datapath", "devmap_group", "replay"):
             args.setdefault("pin_root", self.pin_root)
         # Root without capabilities: what a task without become looks like to the kernel
         # (a real unprivileged user could not even read a checkout under /root).

@@ -22,6 +22,7 @@ import pytest
 import kernel_features
 import pin_snapshot
 from conftest import BPF_DIR, PIN_ROOT_BASE, VENV_PYTHON, ModuleRunner, Pair, compile_bpf
+from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames, pcap as _pcap
 
 # The snapshots see the whole host (kernel modules too): nothing else may run beside this file.
 pytestmark = pytest.mark.quiet
@@ -50,6 +51,8 @@ class Host:
         self.tc = self.objects + "/tc_redirect.o"
         self.mcast = self.objects + "/xdp_multicast.o"
         self.broken = self.objects + "/broken.bpf.c"
+        self.pcap = self.objects + "/frames.pcap"
+        self.pcapng = self.objects + "/frames.pcapng"
         self.drop_map = None
 
     def up(self):
@@ -58,6 +61,10 @@ class Host:
             compile_bpf(os.path.join(BPF_DIR, src + ".bpf.c"), out, [INCLUDE])
         with open(self.broken, "w") as handle:
             handle.write("int f(void) { return missing; }\n")
+        _pcap.write(self.pcap, [_frames.build_frame("udp", self.pair.tx_mac, self.pair.rx_mac, self.pair.tx_ip,
+                                                    self.pair.rx_ip)])
+        with open(self.pcapng, "wb") as handle:  # a section header block's type, then nothing that matters
+            handle.write(bytes.fromhex("0a0d0d0a") + bytes(24))
         self.ok("xdp_program", interface="eth0", netns=self.rx, object=self.drop, mode="native",
                 constants={"xdp_action": 2})
         if not os.environ.get("BAD_INPUT_NO_TC"):
@@ -221,6 +228,27 @@ CASES = [
      dict(interface="eth0", netns="{tx}", dst_ip="10.0.0.2", dst_mac="02:00:00:00:00:01", count=10, rate=10,
           ratep=10),
      "give one of delay, rate and ratep: each sets pktgen's gap between packets (given: rate, ratep)"),
+    # replay
+    ("replay-no-interface", "replay", dict(interface="nosuch0", netns="{rx}", pcap="{pcap}", object="{drop}"),
+     "interface 'nosuch0' does not exist in this network namespace"),
+    ("replay-no-netns", "replay", dict(interface="eth0", netns="nosuch-ns-{tag}", pcap="{pcap}", object="{drop}"),
+     "network namespace 'nosuch-ns-{tag}' does not exist (no /run/netns/nosuch-ns-{tag})"),
+    ("replay-no-pcap", "replay", dict(interface="eth0", netns="{rx}", pcap="{objects}/nosuch.pcap", object="{drop}"),
+     "pcap {objects}/nosuch.pcap does not exist on the host"),
+    ("replay-pcapng", "replay", dict(interface="eth0", netns="{rx}", pcap="{pcapng}", object="{drop}"),
+     "{pcapng}: this is a pcapng file, not a classic pcap; convert it first: tcpdump -r in.pcapng -w out.pcap, or "
+     "editcap -F pcap in.pcapng out.pcap"),
+    ("replay-nothing-attached", "replay", dict(interface="lo", netns="{rx}", pcap="{pcap}", object="{drop}"),
+     "ebpf.xdp has no program on the xdp hook of lo: replay compares a candidate with the program the collection "
+     "attached there"),
+    ("replay-no-program", "replay",
+     dict(interface="eth0", netns="{rx}", pcap="{pcap}", object="{drop}", program="xdp_nosuch"),
+     "program 'xdp_nosuch' is not in {drop}; it has: xdp_drop_count"),
+    ("replay-not-elf", "replay", dict(interface="eth0", netns="{rx}", pcap="{pcap}", object="/etc/passwd"), NOT_ELF),
+    ("xdp-replay-absent", "xdp_program",
+     dict(interface="eth0", netns="{rx}", object="{drop}", replay="{pcap}", state="absent"),
+     "replay compares the attached program with the task's object: it needs state present, an object (backend "
+     "libbpf) and no revision previous"),
     # bpf_map_entry
     ("map-no-pin", "bpf_map_entry", dict(path="{pin_root}/nosuch", entries=[{"key": 0, "value": 1}]),
      "no pinned map at {pin_root}/nosuch: nothing is pinned there"),
@@ -319,7 +347,8 @@ def names_of(host):
     return {"rx": host.rx, "tx": host.tx, "drop": host.drop, "tc": host.tc, "mcast": host.mcast,
             "objects": host.objects, "cache": host.cache, "broken": host.broken, "pin_root": host.pin_root,
             "drop_map": host.drop_map, "rx_prog": os.path.join(host.pin_root, host.rx, "eth0", "xdp", "prog"),
-            "tag": "x", "drop_sha": sha256(host.drop), "tc_sha": sha256(host.tc)}
+            "tag": "x", "drop_sha": sha256(host.drop), "tc_sha": sha256(host.tc), "pcap": host.pcap,
+            "pcapng": host.pcapng}
 
 
 def sha256(path):
@@ -327,7 +356,7 @@ def sha256(path):
         return hashlib.sha256(handle.read()).hexdigest()
 
 
-PIN_MODULES = ("xdp_program", "tc_program", "xdp_facts", "devmap_group", "datapath")
+PIN_MODULES = ("xdp_program", "tc_program", "xdp_facts", "devmap_group", "datapath", "replay")
 # Messages of Ansible's own argument-spec checks, which fail before any code of the module runs.
 ARGSPEC = ("value of ", "one of the following is required: ", "missing required arguments: ",
            "parameters are mutually exclusive: ", "Unsupported parameters ")
@@ -407,5 +436,5 @@ def test_a_failing_datapath_entry_says_what_it_put_back(host, outcomes):
 def test_the_matrix_covers_every_module():
     modules = {module for _name, module, _args, _message in CASES}
     assert modules == {"bpf_object", "xdp_program", "tc_program", "xdp_facts", "xdp_trafficgen", "pktgen",
-                       "bpf_map_entry", "devmap_group", "datapath"}
+                       "bpf_map_entry", "devmap_group", "datapath", "replay"}
     assert len(CASES) >= 30

@@ -701,7 +701,7 @@ class Map(Fd):
     def __init__(self, fd: int, label: str):
         super().__init__(fd, label)
         try:
-            self.info = self._read_info()
+            self.info, self.map_flags = self._read_info()
         except BpfError:
             self.close()
             raise
@@ -738,7 +738,7 @@ class Map(Fd):
             "key_size": info.key_size,
             "value_size": info.value_size,
             "max_entries": info.max_entries,
-        }
+        }, info.map_flags
 
     def _key(self, key: bytes):
         return ctypes.create_string_buffer(bytes(key), self.info["key_size"])

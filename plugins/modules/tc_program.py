@@ -277,8 +277,7 @@ verifier_log_tail:
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _common
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import bcc as _bcc
-from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge, replay as _replay, \
-    revisions as _revisions
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import replay as _replay, revisions as _revisions
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.tc import TcHook
 
 
@@ -287,19 +286,12 @@ def prepare(module):
     _common.prepare_backend(module)  # for bcc it may re-run the module under the system Python
 
 
-def work(params, check_mode, _module):
-    # The replay reads the hook as it is, before the converge changes it.
-    replayed = _replay.for_task(params, "tc")
-    result, warnings = _converge.converge_interface(params, check_mode, TcHook.from_params)
-    if replayed is not None:
-        result["replay"] = replayed
-    return result, warnings
-
-
 def main():
     _common.run_module(
         dict(_common.TC_PROGRAM_ARGS, **_replay.TASK_ARGS), rules=_revisions.module_rules(_bcc.MODULE_RULES),
-        prepare=prepare, work=work, failure=lambda params: dict(interface=params["interface"], changed=False))
+        prepare=prepare,
+        work=lambda params, check_mode, _module: _replay.converge_task(params, check_mode, TcHook),
+        failure=lambda params: dict(interface=params["interface"], changed=False))
 
 
 if __name__ == "__main__":

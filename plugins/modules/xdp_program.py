@@ -234,18 +234,8 @@ verifier_log_tail:
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _common
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import bcc as _bcc
-from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge, replay as _replay, \
-    revisions as _revisions
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import replay as _replay, revisions as _revisions
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.xdp import XdpHook
-
-
-def work(params, check_mode, _module):
-    # The replay reads the hook as it is, before the converge changes it.
-    replayed = _replay.for_task(params, "xdp")
-    result, warnings = _converge.converge_interface(params, check_mode, XdpHook.from_params)
-    if replayed is not None:
-        result["replay"] = replayed
-    return result, warnings
 
 
 def main():
@@ -253,7 +243,7 @@ def main():
         dict(_common.XDP_PROGRAM_ARGS, **_replay.TASK_ARGS), rules=_revisions.module_rules(_bcc.MODULE_RULES),
         prepare=_common.prepare_backend,  # first: for bcc it may re-run the module under the system Python
         libraries=dict(pyroute2=False),
-        work=work,
+        work=lambda params, check_mode, _module: _replay.converge_task(params, check_mode, XdpHook),
         failure=lambda params: dict(interface=params["interface"], changed=False))
 
 

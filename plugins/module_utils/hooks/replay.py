@@ -34,7 +34,7 @@ import uuid
 from typing import Iterator
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, loader as _loader, pins as _pins
-from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import revisions as _revisions
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge, revisions as _revisions
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
 from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import pcap as _pcap
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
@@ -414,6 +414,16 @@ def for_task(params: dict, kind: str) -> dict | None:
         return {"compared": False, "reason": str(exc)}
     summary = result.pop("diff")["prepared"]
     return dict(result, compared=True, summary=summary)
+
+
+def converge_task(params: dict, check_mode: bool, hook_class) -> tuple[dict, list[str]]:
+    """A program module's work (xdp_program, tc_program): its replay (see for_task), read from the hook as it
+    is, then the converge of the hook hook_class adapts."""
+    replayed = for_task(params, hook_class.kind)
+    result, warnings = _converge.converge_interface(params, check_mode, hook_class.from_params)
+    if replayed is not None:
+        result["replay"] = replayed
+    return result, warnings
 
 
 def describe(result: dict) -> str:

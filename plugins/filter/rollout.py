@@ -189,7 +189,35 @@ def rollout_attached(xdp_results, tc_results=None):
     return attached
 
 
+def replay_findings(results, max_changed=0, allowed=None):
+    """The replay gate's findings, from the registered results of its ebpf.xdp.replay loop: per attachment,
+    the frames whose verdict would change (less those of the allowed transitions) and, when they are more than
+    max_changed, a problem that names the attachment and the transitions; an empty problem otherwise."""
+    allowed = set(allowed or [])
+    findings = []
+    for result in results or []:
+        item = result.get("item", {})
+        where = "%s %s%s" % (item.get("interface"), item.get("hook"),
+                             " " + item["direction"] if item.get("hook") == "tc" and item.get("direction") else "")
+        finding = {"hook": item.get("hook"), "interface": item.get("interface"), "netns": item.get("netns"),
+                   "compared": bool(result.get("compared")), "frames": result.get("frames", 0), "problem": ""}
+        if result.get("failed"):
+            finding["problem"] = "replay of %s failed: %s" % (where, result.get("msg", "see the task above"))
+        elif finding["compared"]:
+            steps = {name: step["frames"] for name, step in result.get("transitions", {}).items()}
+            counted = sum(frames for name, frames in steps.items() if name not in allowed)
+            finding.update(transitions=steps, changed_verdicts=counted)
+            if counted > max_changed:
+                finding["problem"] = "replay of %s: %d of %d frames would change verdict (%s), more than %d" % (
+                    where, counted, finding["frames"],
+                    ", ".join("%s: %d" % (name, frames) for name, frames in sorted(steps.items())
+                              if name not in allowed), max_changed)
+        findings.append(finding)
+    return findings
+
+
 class FilterModule:
     def filters(self):
         return {"rollout_batches": rollout_batches, "rollout_health": rollout_health,
-                "rollout_changes": rollout_changes, "rollout_attached": rollout_attached}
+                "rollout_changes": rollout_changes, "rollout_attached": rollout_attached,
+                "replay_findings": replay_findings}

@@ -73,6 +73,12 @@ options:
       - Where the collection keeps the objects of attached revisions (that of M(ebpf.xdp.xdp_program)).
     type: path
     default: /var/lib/ebpf_xdp/revisions
+  require_attached:
+    description:
+      - Whether a hook without a program of the collection is an error. With V(false) the module succeeds and
+        reports RV(compared=false) with the reason (a release's new attachment has nothing to compare with).
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full
@@ -111,6 +117,11 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+compared:
+  description: Whether a program was compared (false only with O(require_attached=false), with a C(reason)).
+  returned: success
+  type: bool
+  sample: true
 frames:
   description: Frames replayed (every frame of O(pcap)).
   returned: success
@@ -173,12 +184,23 @@ ARGUMENT_SPEC = dict(
     program=dict(type="str"),
     constants=dict(type="dict", default={}),
     object_store=dict(type="path", default="/var/lib/ebpf_xdp/revisions"),
+    require_attached=dict(type="bool", default=True),
     **_common.INTERFACE_ARGS, **_common.PIN_ROOT_ARGS)
+
+
+def replay(params):
+    try:
+        result = dict(_replay.run(params), compared=True)
+    except _replay.NothingAttached as exc:
+        if params["require_attached"]:
+            raise
+        result = {"compared": False, "reason": str(exc)}
+    return dict(result, changed=False), []
 
 
 def main():
     _common.run_module(ARGUMENT_SPEC, libraries=dict(pyroute2=False, predicts=False),
-                       work=lambda params, _check_mode, _module: (dict(_replay.run(params), changed=False), []))
+                       work=lambda params, _check_mode, _module: replay(params))
 
 
 if __name__ == "__main__":

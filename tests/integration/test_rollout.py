@@ -226,3 +226,29 @@ def test_rollback_entry_point_rhythm(fleet, tmp_path):
     assert after["id"] != before["id"], "the previous revision is another program"
     assert sorted(m["id"] for m in after["maps"]) == sorted(m["id"] for m in before["maps"]), (before, after)
     assert after["counters"]["verdict_count"] == before["counters"]["verdict_count"] != {}, (before, after)
+
+
+def replay_gate(hosts):
+    """The replay gate's variables: 20 frames of the broadcast ping captured on each receiver's eth0 just before
+    the replay (the program there passes them, so the capture sees them)."""
+    return {"xdp_rollout_replay_pcap": "/var/lib/ebpf_xdp/replay-{{ inventory_hostname }}.pcap",
+            "xdp_rollout_replay_capture": {"interface": "eth0", "count": 20, "seconds": 20}}
+
+
+def test_the_replay_gate_stops_a_release_that_drops_before_any_host_changes(at_release_1):
+    inventory, hosts = at_release_1
+    faulty = {"fleet_release": 2, "fleet_fault_hosts": hosts[2:3]}
+    rc, out = ansible_playbook(inventory, "deploy_xdp.yml", faulty, replay_gate(hosts))
+    result = summary(out)
+    assert rc != 0 and result["stopped_at_batch"] == 0, result
+    assert sorted(result["untouched"]) == hosts and not result["updated"], result
+    assert list(result["problems"]) == hosts[2:3], result
+    assert "XDP_PASS -> XDP_DROP: 20" in " ".join(result["problems"][hosts[2]]), result
+    assert releases(inventory, hosts) == dict.fromkeys(hosts, 1)
+    # The same release without the fault: every frame gets the verdict it gets now, and the rollout goes on.
+    rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": 2}, replay_gate(hosts))
+    result = summary(out)
+    assert rc == 0 and sorted(result["updated"]) == hosts, result
+    assert releases(inventory, hosts) == dict.fromkeys(hosts, 2)
+    for host in hosts:
+        os.unlink("/var/lib/ebpf_xdp/replay-%s.pcap" % host)

@@ -7,7 +7,7 @@ from ansible.playbook.play import Play
 from ansible.executor.playbook_executor import PlaybookExecutor
 
 from ansible_collections.ebpf.xdp.plugins.filter.rollout import (
-    rollout_attached, rollout_batches, rollout_changes, rollout_health)
+    replay_findings, rollout_attached, rollout_batches, rollout_changes, rollout_health)
 
 HOSTS = ["h%d" % i for i in range(1, 101)]
 
@@ -110,3 +110,20 @@ def test_changes_and_attached_from_results():
         ("xdp", "eth0", 1), ("xdp", "eth1", 2), ("xdp", "eth2", 3), ("tc", "eth0", 9)]
     assert attached[0]["revision"] == 2 and attached[3]["direction"] == "egress"
     assert rollout_changes({}, None) == [] and rollout_attached({"results": []}) == []
+
+
+def test_replay_findings_count_what_is_not_allowed():
+    results = [
+        {"item": {"hook": "xdp", "interface": "eth0"}, "compared": True, "frames": 20,
+         "transitions": {"XDP_PASS -> XDP_DROP": {"frames": 4}, "XDP_DROP -> XDP_PASS": {"frames": 2}}},
+        {"item": {"hook": "tc", "interface": "eth1", "direction": "egress"}, "compared": False, "reason": "new"},
+        {"item": {"hook": "xdp", "interface": "eth2"}, "failed": True, "msg": "map jumps is a prog_array"},
+    ]
+    found = replay_findings(results, 0, ["XDP_DROP -> XDP_PASS"])
+    assert [f["problem"] for f in found] == [
+        "replay of eth0 xdp: 4 of 20 frames would change verdict (XDP_PASS -> XDP_DROP: 4), more than 0",
+        "",
+        "replay of eth2 xdp failed: map jumps is a prog_array"]
+    assert found[0]["changed_verdicts"] == 4 and found[1]["compared"] is False
+    assert replay_findings(results[:1], 4, ["XDP_DROP -> XDP_PASS"])[0]["problem"] == ""
+    assert replay_findings(results[:1], 5)[0]["problem"].startswith("replay of eth0 xdp: 6 of 20")

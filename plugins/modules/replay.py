@@ -127,6 +127,11 @@ frames:
   returned: success
   type: int
   sample: 1200
+seconds:
+  description: Time spent running the frames through both programs (loading and copying the maps apart).
+  returned: success
+  type: float
+  sample: 1.2
 changed_verdicts:
   description: Frames whose verdict the candidate changes.
   returned: success

@@ -30,6 +30,7 @@ import os
 import shutil
 import struct
 import sys
+import time
 import uuid
 from typing import Iterator
 
@@ -326,6 +327,7 @@ def compare(frames: list[bytes], old: Side, new: Side, prog_type: str, ifindex: 
     verdicts = {"old": collections.Counter(), "new": collections.Counter()}
     transitions: dict[str, dict] = {}
     rewritten = {"frames": 0, "examples": []}
+    began = time.monotonic()
     for index, frame in enumerate(frames):
         ctx = xdp_ctx(frame, ifindex) if prog_type == "xdp" else None
         old_verdict, old_out = old.run(frame, ctx)
@@ -345,10 +347,12 @@ def compare(frames: list[bytes], old: Side, new: Side, prog_type: str, ifindex: 
             if len(rewritten["examples"]) < EXAMPLES:
                 rewritten["examples"].append({"index": index, "verdict": old_name, "frame": frame.hex(),
                                               "old": old_out.hex(), "new": new_out.hex()})
+    seconds = time.monotonic() - began
     for step in transitions.values():
         step["flows"] = [{"flow": flow, "frames": count} for flow, count in step["flows"].most_common(FLOWS)]
     return {
         "frames": len(frames),
+        "seconds": round(seconds, 3),
         "changed_verdicts": sum(step["frames"] for step in transitions.values()),
         "verdicts": {side: dict(sorted(counts.items())) for side, counts in verdicts.items()},
         "transitions": dict(sorted(transitions.items())),

@@ -82,6 +82,12 @@ options:
       - The filters see at least the first 256 bytes of a frame whatever the snaplen.
     type: int
     default: 2048
+  fetch_to:
+    description:
+      - A path on the controller to copy the pcap to once it is written (a directory, or a path ending in C(/),
+        gets the file's name); relative to the playbook's directory. With several hosts, name the file per host
+        (C({{ inventory_hostname }})). Not in check mode, which writes nothing.
+    type: path
 attributes:
   check_mode:
     support: full
@@ -136,15 +142,15 @@ EXAMPLES = r"""
     protocols: [udp, tcp]
     ports: [53]
     snaplen: 65535
-  register: dns
-
-- name: Fetch the capture to the controller
-  ansible.builtin.fetch:
-    src: "{{ dns.path }}"
-    dest: captures/
+    fetch_to: "captures/{{ inventory_hostname }}-dns.pcap"  # a copy on the controller
 """
 
 RETURN = r"""
+fetched:
+  description: Where on the controller the pcap was copied to, with O(fetch_to).
+  returned: when O(fetch_to) is set and the file was written
+  type: str
+  sample: /home/me/captures/receiver.pcap
 path:
   description: The pcap file written (in check mode, the one that would be).
   returned: always
@@ -196,6 +202,7 @@ ARGUMENT_SPEC = dict(
     protocols=dict(type="list", elements="str", choices=list(_pcap.PROTOCOLS), default=list(_pcap.PROTOCOLS)),
     ports=dict(type="list", elements="int"),
     snaplen=dict(type="int", default=_capture.DEFAULT_SNAPLEN),
+    fetch_to=dict(type="path"),  # the controller's (plugins/action/capture.py); the module leaves it alone
     **_common.INTERFACE_ARGS)
 
 

@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from conftest import sh
+from conftest import SYSTEM_PYTHON, ModuleRunner, sh
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
 from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames, pcap as _pcap
 
@@ -309,3 +309,18 @@ def test_without_privileges(run_distro, pair, tmp_path):
     res = run_distro("capture", dict(interface="lo", path=str(tmp_path / "x.pcap")), no_caps=True)
     assert res["failed"] and res["msg"].startswith("this task needs CAP_NET_RAW, which"), res
     assert os.listdir(tmp_path) == []
+
+
+def test_fetch_to_copies_the_pcap_to_the_controller(pair, tmp_path):
+    """Through Ansible (the action plugin does the copy): the file on the host and its copy are the same; in check
+    mode nothing is written or copied."""
+    runner = ModuleRunner(SYSTEM_PYTHON, pin_root=None, via_ansible=True)
+    host_path, copy = tmp_path / "host.pcap", tmp_path / "controller" / "sample.pcap"
+    args = dict(interface="eth0", netns=pair.tx, direction="out", path=str(host_path), seconds=0.3,
+                fetch_to=str(copy))
+    res = runner("capture", args, check=True)
+    assert res["changed"] and not res.get("failed") and "fetched" not in res, res
+    assert not host_path.exists() and not copy.exists()
+    res = runner("capture", args)
+    assert res["changed"] and res["fetched"] == str(copy), res
+    assert copy.read_bytes() == host_path.read_bytes()

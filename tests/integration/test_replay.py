@@ -237,6 +237,8 @@ def test_a_live_map_that_cannot_be_copied_is_refused(run_distro, attached, candi
     res = replay(run_distro, attached, candidates["prog_array"])
     assert res.get("failed") and "jumps" in res["msg"] and "prog_array" in res["msg"], res
     assert xdp_attached(pair.rx)["native"] == prog_id
+    netns_dir = os.path.dirname(os.path.dirname(os.path.dirname(attached["maps"])))
+    assert not [n for n in os.listdir(netns_dir) if n.startswith("replay-")], "a copy was left pinned"
 
 
 def test_a_program_task_replays_before_it_changes_anything(run_distro, attached, candidates):

@@ -193,19 +193,10 @@ ARGUMENT_SPEC = dict(
     **_common.INTERFACE_ARGS, **_common.PIN_ROOT_ARGS)
 
 
-def replay(params):
-    try:
-        result = dict(_replay.run(params), compared=True)
-    except _replay.NothingAttached as exc:
-        if params["require_attached"]:
-            raise
-        result = {"compared": False, "reason": str(exc)}
-    return dict(result, changed=False), []
-
-
 def main():
     _common.run_module(ARGUMENT_SPEC, libraries=dict(pyroute2=False, predicts=False),
-                       work=lambda params, _check_mode, _module: replay(params))
+                       work=lambda params, _check_mode, _module: (
+                           dict(_replay.compared(params, params["require_attached"]), changed=False), []))
 
 
 if __name__ == "__main__":

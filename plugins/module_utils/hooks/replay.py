@@ -361,6 +361,17 @@ def compare(frames: list[bytes], old: Side, new: Side, prog_type: str, ifindex: 
     }
 
 
+def compared(params: dict, require_attached: bool) -> dict:
+    """run() with `compared` true; where the hook has no program of ours and require_attached is false,
+    {compared: false, reason} instead of the error."""
+    try:
+        return dict(run(params), compared=True)
+    except NothingAttached as exc:
+        if require_attached:
+            raise
+        return {"compared": False, "reason": str(exc)}
+
+
 def run(params: dict) -> dict:
     """The replay module's work: the pcap's frames through the hook's attached program and the candidate."""
     if not os.path.isfile(params["pcap"]):
@@ -382,12 +393,12 @@ def run(params: dict) -> dict:
                                   "the collection attached there" % where)
         load_as = "sched_act" if kind == "tc" and record.get("mode") == "act_bpf" else None
         constants = _loader.resolve_constants(params["constants"])
+        live_maps = live_maps_dir(pins, record, key)
         with private_dir(params["pin_root"], key) as directory, \
                 load_side("attached", attached_object(record, params["object_store"]), record.get("program_name"),
-                          prog_type, record.get("resolved_constants") or {}, live_maps_dir(pins, record, key),
-                          directory, load_as) as old, \
-                load_side("candidate", params["object"], params["program"], prog_type, constants,
-                          live_maps_dir(pins, record, key), directory, load_as) as new:
+                          prog_type, record.get("resolved_constants") or {}, live_maps, directory, load_as) as old, \
+                load_side("candidate", params["object"], params["program"], prog_type, constants, live_maps,
+                          directory, load_as) as new:
             result = compare(frames, old, new, prog_type, ifindex)
             candidate = {"object": params["object"], "program": new.loaded.name, "tag": new.loaded.info["tag"]}
     result.update(
@@ -412,12 +423,11 @@ def for_task(params: dict, kind: str) -> dict | None:
             or params.get("backend") == "bcc" or not params.get("object"):
         raise ReplayError("replay compares the attached program with the task's object: it needs state present, "
                           "an object (backend libbpf) and no revision previous")
-    try:
-        result = run(dict(params, hook=kind, direction=params.get("direction") or "ingress", pcap=params["replay"]))
-    except NothingAttached as exc:
-        return {"compared": False, "reason": str(exc)}
-    summary = result.pop("diff")["prepared"]
-    return dict(result, compared=True, summary=summary)
+    result = compared(dict(params, hook=kind, direction=params.get("direction") or "ingress", pcap=params["replay"]),
+                      require_attached=False)
+    if result["compared"]:
+        result["summary"] = result.pop("diff")["prepared"]
+    return result
 
 
 def converge_task(params: dict, check_mode: bool, hook_class) -> tuple[dict, list[str]]:

@@ -11,7 +11,8 @@ APT_PACKAGES=(
 	clang llvm libbpf1 libbpf-dev bpftool iproute2 python3-pyroute2
 	python3-venv netbase rsync git make iputils-ping util-linux
 	shellcheck # ansible-test sanity skips its shellcheck test (with a warning) when shellcheck is missing
-	netsniff-ng # trafgen, the reference in tests/benchmarks/generators.py
+	netsniff-ng # trafgen, a generator of playbooks/benchmark.yml
+	iptables nftables ethtool # netfilter_drop's backends, GRO for generic XDP on veth (playbooks/benchmark.yml)
 	python3-prometheus-client prometheus # ebpf.xdp.xdp_metrics and its tests (promtool, a real scrape)
 	# backend: bcc (tests/integration/test_bcc_backend.py): bcc's Python binding, and headers to compile
 	# against; this kernel has no headers package, so the tests point kernel_headers at Debian's cloud flavour.

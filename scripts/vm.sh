@@ -51,6 +51,8 @@ INCLUDE=systemd-sysv,udev,kmod,initramfs-tools,linux-image-amd64,openssh-server,
 # What roles/toolchain installs on Debian (defaults/main.yml toolchain_packages,
 # vars/Debian.yml witnesses); tests/integration/test_vm.py checks they agree.
 INCLUDE+=,clang,llvm,libbpf1,libbpf-dev,linux-libc-dev,iproute2,python3-pyroute2,bpftool
+# What playbooks/benchmark.yml uses besides (roles/benchmark, __benchmark_packages).
+INCLUDE+=,ethtool,iptables,nftables,netsniff-ng
 IMAGE_SIZE=3G
 
 APT_PACKAGES=(qemu-system-x86 debootstrap e2fsprogs openssh-client procps iproute2)

@@ -27,6 +27,7 @@ import errno as errno_mod
 import hashlib
 import os
 import platform
+import struct
 import sys
 from typing import Iterator
 
@@ -41,6 +42,8 @@ BPF_TCX_INGRESS = 46
 BPF_TCX_EGRESS = 47
 # A program run on a devmap entry's egress copies (SEC("xdp/devmap")), never on an interface.
 BPF_XDP_DEVMAP = 33
+# A program run on the frames a cpumap hands to another CPU (SEC("xdp/cpumap")).
+BPF_XDP_CPUMAP = 35
 ATTACH_TYPES = {BPF_XDP: "xdp", BPF_TCX_INGRESS: "tcx_ingress", BPF_TCX_EGRESS: "tcx_egress"}
 
 # bpf() commands and flags used without libbpf (uapi/linux/bpf.h).
@@ -248,6 +251,20 @@ class _TestRunOpts(ctypes.Structure):
     ]
 
 
+class _ProgLoadOpts(ctypes.Structure):
+    # struct bpf_prog_load_opts as libbpf 1.1 has it; newer ones accept this size.
+    _fields_ = [
+        ("sz", ctypes.c_size_t), ("attempts", ctypes.c_int),
+        ("expected_attach_type", ctypes.c_uint32), ("prog_btf_fd", ctypes.c_uint32),
+        ("prog_flags", ctypes.c_uint32), ("prog_ifindex", ctypes.c_uint32), ("kern_version", ctypes.c_uint32),
+        ("attach_btf_id", ctypes.c_uint32), ("attach_prog_fd", ctypes.c_uint32),
+        ("attach_btf_obj_fd", ctypes.c_uint32), ("fd_array", ctypes.c_void_p),
+        ("func_info", ctypes.c_void_p), ("func_info_cnt", ctypes.c_uint32), ("func_info_rec_size", ctypes.c_uint32),
+        ("line_info", ctypes.c_void_p), ("line_info_cnt", ctypes.c_uint32), ("line_info_rec_size", ctypes.c_uint32),
+        ("log_level", ctypes.c_uint32), ("log_size", ctypes.c_uint32), ("log_buf", ctypes.c_void_p),
+    ]
+
+
 class _BtfType(ctypes.Structure):
     _fields_ = [("name_off", ctypes.c_uint32), ("info", ctypes.c_uint32),
                 ("size_or_type", ctypes.c_uint32)]
@@ -314,6 +331,7 @@ _SIGNATURES = {
     "bpf_xdp_detach": (_I, [_I, _U32, _P]),
     "bpf_xdp_query": (_I, [_I, _I, _P]),
     "bpf_prog_test_run_opts": (_I, [_I, _P]),
+    "bpf_prog_load": (_I, [_I, _S, _S, _P, ctypes.c_size_t, _P]),
     "libbpf_num_possible_cpus": (_I, []),
     "libbpf_set_print": (_P, [_PRINT_FN]),
 }
@@ -458,11 +476,11 @@ class BpfObject:
         raise BpfError("program %r not found in %s; it has: %s" % (
             name, self.path, ", ".join(p["name"] for p in self.programs()) or "none"))
 
-    def only_load(self, name: str) -> None:
-        """Load just the named program (others in the object stay out of the kernel)."""
-        wanted = self._find_program(name)
+    def only_load(self, *names: str) -> None:
+        """Load just the named programs (others in the object stay out of the kernel)."""
+        wanted = [self._find_program(name) for name in names]
         for p in self._programs():
-            lib().bpf_program__set_autoload(p, p == wanted)
+            lib().bpf_program__set_autoload(p, p in wanted)
 
     def expected_attach_type(self, name: str) -> int:
         """The attach type the program is loaded for (libbpf sets it from the section name)."""
@@ -629,6 +647,18 @@ class Fd:
 # Map ids one program info call has room for: programs rarely use more.
 MAP_IDS_ROOM = 16
 
+# struct bpf_insn: opcode, dst_reg and src_reg in one byte (dst in the low nibble on little-endian hosts), offset,
+# immediate; and the opcodes of the few instructions the collection writes by hand (uapi/linux/bpf_common.h).
+INSN = struct.Struct("=BBhi")
+BPF_MOV64_IMM = 0x07 | 0xb0 | 0x00  # BPF_ALU64 | BPF_MOV | BPF_K
+BPF_EXIT = 0x05 | 0x90  # BPF_JMP | BPF_EXIT
+
+
+def insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:
+    """One instruction as the kernel reads it."""
+    regs = dst | src << 4 if sys.byteorder == "little" else dst << 4 | src
+    return INSN.pack(code, regs, off, imm)
+
 
 class Program(Fd):
     kind = "program"
@@ -637,6 +667,24 @@ class Program(Fd):
     def from_id(cls, prog_id: int) -> Program:
         return cls(_check(lib().bpf_prog_get_fd_by_id(prog_id), "open BPF program id %d" % prog_id),
                    "id %d" % prog_id)
+
+    @classmethod
+    def from_instructions(cls, prog_type: str, name: str, instructions: bytes, license_: str = "GPL",
+                          expected_attach_type: int = 0) -> Program:
+        """A program loaded from raw instructions (struct bpf_insn, see insn()), without an object file;
+        a verifier rejection carries the verifier's log."""
+        number = [k for k, v in PROG_TYPES.items() if v == prog_type][0]
+        log = ctypes.create_string_buffer(1 << 16)
+        # log_level stays 0: libbpf retries with logging only when the load fails.
+        opts = _ProgLoadOpts(sz=ctypes.sizeof(_ProgLoadOpts), expected_attach_type=expected_attach_type,
+                             log_size=len(log), log_buf=ctypes.addressof(log))
+        code = ctypes.create_string_buffer(bytes(instructions), len(instructions))
+        count = len(instructions) // INSN.size
+        ret = lib().bpf_prog_load(number, name.encode(), license_.encode(), code, count, ctypes.byref(opts))
+        if ret < 0:
+            raise BpfError("load %s program %s from %d instructions" % (prog_type, name, count), -ret,
+                           log.value.decode("utf-8", "replace"))
+        return cls(ret, name)
 
     def info(self) -> dict:
         """id, name, tag, type and the ids of the maps the program uses (one call when they fit the room

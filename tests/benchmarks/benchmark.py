@@ -1,0 +1,124 @@
+#!/usr/bin/env python
+"""playbooks/benchmark.py on the lab, as a user runs it, and a check of its report.
+
+    .venv/bin/python tests/benchmarks/benchmark.py [--repeat 3] [--seconds 3] [--cases drop,forward] | --smoke
+
+The measuring is the product's (role ebpf.xdp.benchmark, modules
+netfilter_drop, program_cost, benchmark_report); this script brings the lab
+up, runs the playbook with every case, and reads the report it wrote under
+.build/benchmark-results/<start time>/.
+
+A case fails where this kernel lacks what it needs (act_bpf, tcx, pktgen),
+as the playbook promises: the script reads the kernel feature table of the
+integration tests (probes independent of the collection) and requires that
+exactly those cases failed, each naming its feature, and that every other
+case ran. --smoke runs every case once for a fraction of a second and checks
+the report: its files, delivered traffic in every round of every case, no
+frame at a multicast non-member, nothing left behind, and the control
+family's no-change converge (the playbook fails when it changes anything).
+"""
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+
+from harness.ansible_cli import BIN, ENV, ROOT, playbook
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "integration"))
+# pylint: disable-next=wrong-import-position
+import kernel_features  # noqa: E402
+
+RESULTS = os.path.join(ROOT, ".build", "benchmark-results")
+# Cases that need a kernel feature (the word their refusal must name): (feature, family, case).
+NEEDS = [("tcx", "drop", "tc drop, tcx"), ("tcx", "forward", "tc redirect, tcx"),
+         ("tcx", "forward", "tc clone_redirect, tcx"), ("act_bpf", "forward", "tc redirect, act_bpf"),
+         ("pktgen", "generators", "pktgen")]
+FAMILIES = ("drop", "forward", "multicast", "generators", "cost", "control")
+
+
+def expected_failures(families):
+    """case -> the feature it lacks on this kernel, for the chosen families."""
+    table = kernel_features.features()
+    return {case: feature for feature, family, case in NEEDS if family in families and not table[feature]}
+
+
+def run(opts):
+    playbook("lab_up.yml")
+    before = set(glob.glob(os.path.join(RESULTS, "*")))
+    extra = {"benchmark_results_dir": RESULTS, "benchmark_cases": opts.cases, "benchmark_repeat": opts.repeat,
+             "benchmark_seconds": opts.seconds, "benchmark_cost_repeat": opts.cost_repeat,
+             # set-up installed them; the lab's namespaces reach no mirror
+             "benchmark_install_packages": False}
+    env = dict(ENV, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default")
+    proc = subprocess.run([os.path.join(BIN, "ansible-playbook"), os.path.join(ROOT, "playbooks", "benchmark.yml"),
+                           "-e", json.dumps(extra)], env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+    made = sorted(set(glob.glob(os.path.join(RESULTS, "*"))) - before)
+    if not made:
+        sys.exit("benchmark.yml wrote no report (exit %d):\n%s" % (proc.returncode, proc.stdout[-4000:]))
+    return proc, made[-1]
+
+
+def check(report_dir, families, proc, smoke):
+    """Problems with the report, as lines (none when it is sound)."""
+    with open(os.path.join(report_dir, "results.json")) as f:
+        report = json.load(f)
+    problems = []
+    for name in ["report.md"] + ["%s.png" % family for family in families]:
+        if not os.path.getsize(os.path.join(report_dir, name)):
+            problems.append("%s is empty" % name)
+    if report["machine"].get("left_behind") not in ("nothing", [], None):
+        problems.append("left behind: %s" % report["machine"]["left_behind"])
+    expected = expected_failures(families)
+    failed = {}
+    for record in report["results"]:
+        if record.get("error"):
+            failed[record["case"]] = record["error"]
+            continue
+        if record["metric"] == "delivered_pps" and not record.get("delivered"):
+            problems.append("%s round %d delivered nothing" % (record["case"], record["round"]))
+        if record["family"] == "multicast" and record.get("non_member_frames"):
+            problems.append("%s: %d frames reached non-members" % (record["case"], record["non_member_frames"]))
+        if not record.get("value", 0) > 0:
+            problems.append("%s round %d measured %s" % (record["case"], record["round"], record.get("value")))
+    for case, error in failed.items():
+        if case not in expected:
+            problems.append("%s could not run: %s" % (case, error))
+        elif expected[case] not in error:
+            problems.append("%s failed without naming %s: %s" % (case, expected[case], error))
+    for case in set(expected) - set(failed):
+        problems.append("%s ran, but this kernel lacks %s" % (case, expected[case]))
+    ran = {record["family"] for record in report["results"]}
+    problems += ["the family %s has no record" % family for family in families if family not in ran]
+    if (proc.returncode == 0) != (not expected):
+        problems.append("benchmark.yml exited %d with %d case(s) expected to fail"
+                        % (proc.returncode, len(expected)))
+    if smoke and not problems:
+        print("smoke: report sound; failed as this kernel requires: %s" % (", ".join(sorted(failed)) or "none"))
+    return problems
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--cost-repeat", type=int, default=1000000)
+    parser.add_argument("--cases", default=",".join(FAMILIES))
+    parser.add_argument("--smoke", action="store_true", help="every case once, briefly: does the benchmark work?")
+    opts = parser.parse_args()
+    if opts.smoke:
+        opts.repeat, opts.seconds, opts.cost_repeat = 1, 0.5, 10000
+    families = [family.strip() for family in opts.cases.split(",")]
+    proc, report_dir = run(opts)
+    with open(os.path.join(report_dir, "report.md")) as f:
+        print(f.read())
+    problems = check(report_dir, families, proc, opts.smoke)
+    if problems:
+        print(proc.stdout[-3000:])
+        sys.exit("benchmark.py: %s" % "\n".join(problems))
+
+
+if __name__ == "__main__":
+    main()

@@ -67,6 +67,11 @@ TC_PROGRAM_ARGS = dict(
     handle=dict(type="int"),
     verdict=dict(type="str", default="drop",
                  choices=["drop", "pass", "ok", "pipe", "continue", "stolen", "reclassify", "shot", "unspec"]),
+    # One of several attachments on the hook, and where it runs among the tcx programs (an attachment's name, a
+    # program's id or name): checked by TcHook.check_params, which datapath's entries go through too.
+    name=dict(type="str"),
+    before=dict(type="raw"),
+    after=dict(type="raw"),
     **INTERFACE_ARGS, **PROGRAM_ARGS, **PIN_ROOT_ARGS)
 DEVMAP_GROUP_ARGS = dict(
     name=dict(type="str"),

@@ -145,7 +145,7 @@ def key_of(section: str, params: dict) -> tuple:
     if section == "xdp":
         return (params["netns"], params["interface"])
     if section == "tc":
-        return (params["netns"], params["interface"], params["direction"])
+        return (params["netns"], params["interface"], params["direction"], params.get("name"))
     if section == "map_entries":
         return (params["netns"], params["path"])
     raise ValueError(section)
@@ -155,7 +155,7 @@ def describe(section: str, key: tuple) -> str:
     netns = key[0] if section != "objects" else None
     place = {"objects": lambda: "object %s" % key[0],
              "xdp": lambda: "the XDP hook of %s" % key[1],
-             "tc": lambda: "the tc %s hook of %s" % (key[2], key[1]),
+             "tc": lambda: "the tc %s hook of %s" % (key[2], key[1]) + (" (attachment %s)" % key[3] if key[3] else ""),
              "map_entries": lambda: "map %s" % key[1],
              "devmap_groups": lambda: "group %s of map set %s" % (key[2], key[1])}[section]()
     return place + (" in netns %s" % netns if netns else "")
@@ -226,9 +226,12 @@ def _entry_of(record: dict, netns: str | None, ifname: str, kind: str, hook: str
         entry["shared_maps"] = record["shared_maps"]
     if kind == "xdp":
         return dict(entry, mode=record.get("requested_mode") or "auto")
+    hook, attachment = _pins.split_hook_dir(hook)
     entry.update(direction=record.get("direction") or hook[len(kind) + 1:],
                  method=record.get("requested_method") or "auto")
-    for name in ("priority", "handle", "verdict"):
+    if attachment:
+        entry["name"] = attachment
+    for name in ("priority", "handle", "verdict", "before", "after"):
         if record.get("requested_" + name) is not None:
             entry[name] = record["requested_" + name]
     return entry

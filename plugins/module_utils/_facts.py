@@ -14,6 +14,7 @@ import array
 import errno
 import itertools
 import operator
+import os
 import sys
 import time
 
@@ -101,17 +102,21 @@ def hook_entry(observed: _observed.Observed) -> dict:
 
 
 def tc_entries(pin_root: str, key: str, ifname: str, ifindex: int) -> dict:
-    """Per direction, every program on the interface's tc hook, in run order, ours or not."""
+    """Per direction, every program on the interface's tc hook, in run order, ours or not; ours with the name of
+    their attachment (`attachment`: null for the unnamed one and for programs that are not ours)."""
     out = {}
+    interface_dir = os.path.join(pin_root, key, ifname)
     for direction in _tc_hooks.TC_DIRECTIONS:
         out[direction] = []
         programs = _tc_hooks.tc_programs(ifindex, direction)
-        record = _pins.PinDir.for_hook(pin_root, key, ifname, _pins.hook_dir("tc", direction)).record.read() \
-            if programs else None
+        attachments = _pins.hook_attachments(pin_root, interface_dir, _pins.hook_dir("tc", direction)) \
+            if programs else {}
+        records = [record for record in (pins.record.read() for pins in attachments.values()) if record]
         for entry in programs:
-            owned = record if _tc_hooks.tc_owned(entry, record) else None
+            owned = next((record for record in records if _tc_hooks.tc_owned(entry, record)), None)
             found = _still_there(_tc_hooks.observe_tc, entry, direction, owned)
             if found:
+                found.setdefault("attachment", None)
                 out[direction].append(found)
     return out
 

@@ -25,7 +25,8 @@ description:
     program held by a link gets a new link; a new one goes; a group gets its members back; a map its
     values), and the task fails naming the entry, for example C(config.tc[2]), and listing what was put
     back.
-  - Two entries for one hook, one group, one map or one object file are an error before anything changes.
+  - Two entries for one hook (for tc, one attachment - the same O(ebpf.xdp.tc_program#module:name) on the same
+    hook), one group, one map or one object file are an error before anything changes.
 author:
   - ebpf.xdp developers (@ebpf-xdp)
 requirements:
@@ -56,8 +57,12 @@ options:
         elements: dict
       tc:
         description:
-          - tc programs, each with the options of M(ebpf.xdp.tc_program), one entry per interface, direction and
-            namespace.
+          - tc programs, each with the options of M(ebpf.xdp.tc_program), one entry per attachment - interface,
+            direction, namespace and O(ebpf.xdp.tc_program#module:name) (several named attachments share a hook).
+          - Entries converge in the order listed. One that places itself with
+            O(ebpf.xdp.tc_program#module:before) or O(ebpf.xdp.tc_program#module:after) relative to another
+            entry's attachment comes after that entry; and named V(cls_bpf) entries without a priority take the
+            first free one, in that order.
         type: list
         elements: dict
       devmap_groups:
@@ -187,7 +192,8 @@ after:
 gathered:
   description:
     - This collection's XDP and tc attachments (from their ownership records) and multicast groups in
-      RV(namespaces), in the shape of O(config) (C(xdp), C(tc), C(devmap_groups)).
+      RV(namespaces), in the shape of O(config) (C(xdp), C(tc), C(devmap_groups)). A named tc attachment has its
+      C(name), and its C(before) or C(after) as its task gave it.
   returned: when O(state=gathered)
   type: dict
   sample: {xdp: [{interface: eth0, netns: null, object: /var/lib/ebpf_xdp/objects/xdp_drop_count.o,

@@ -23,11 +23,15 @@ description:
     (O(verdict)) applies when the program returns C(TC_ACT_UNSPEC) (-1).
   - On every upgrade the hook is never without the program, and its maps are pinned by name and reused,
     so counters and tables survive. Other tcx programs and other filters on the hook are left alone.
+  - Several programs of this collection share one hook as named attachments (O(name)), each with its own pins,
+    record, maps, revisions and rollback. On tcx, O(before) and O(after) say where one runs among the programs
+    there; filters run in priority order (O(priority)).
   - A program that this collection did not attach is never replaced or removed unless O(force=true).
     The clsact qdisc is created when needed and removed only when this collection created it and no
     filter is left in it. A plain C(ingress) qdisc on the interface is an error, never replaced.
   - Two runs are the same when the object's SHA-256, program name, constants, method, direction and place
-    match the ownership record and the recorded program is the one attached.
+    (and, with O(before) or O(after), the side of the program it names) match the ownership record and the
+    recorded program is the one attached.
 author:
   - ebpf.xdp developers (@ebpf-xdp)
 requirements:
@@ -55,15 +59,20 @@ options:
       - Changing the method, O(priority) or O(handle) of an attached program detaches it before attaching
         again; a warning says so. A filter that this collection did not attach at the new place is an error
         found before anything changes.
-      - One program per interface and direction is managed; a task naming another program for a hook that
-        already holds one of the collection's is an error (remove the first one with O(state=absent)).
+      - One program per attachment is managed; a task naming another program for an attachment that already
+        holds one of the collection's is an error (remove the first one with O(state=absent), or give the new one
+        its own O(name)).
     type: str
     choices: [tcx, cls_bpf, act_bpf, auto]
     default: auto
   priority:
     description:
-      - Filter priority (tc's C(pref)) for V(cls_bpf) and V(act_bpf), 1 to 65535.
-      - When omitted, the first free priority on first attach, then the one in use.
+      - Filter priority (tc's C(pref)) for V(cls_bpf) and V(act_bpf), 1 to 65535. Filters run in priority order,
+        lower first, and all of them after the hook's tcx programs.
+      - When omitted, the first free priority on first attach, then the one in use; so named cls_bpf attachments
+        attached one after the other run in the order their tasks ran. Each attachment of this collection on a
+        hook has a priority of its own; a priority another of them holds is an error, found before anything
+        changes.
     type: int
   handle:
     description:
@@ -77,6 +86,46 @@ options:
     type: str
     choices: [drop, pass, ok, pipe, continue, stolen, reclassify, shot, unspec]
     default: drop
+  name:
+    description:
+      - The attachment's name, its identity on the hook (interface, O(direction), O(netns)), so that several
+        programs of this collection live there side by side, each with its own pins in
+        C(<pin_root>/<netns>/<interface>/tc_<direction>@<name>/), record, maps, revisions and rollback
+        (O(revision=previous)).
+      - 1 to 32 characters of V(a-z), V(0-9), V(_) and V(-), starting with a letter or digit.
+      - Without it, the task manages the hook's unnamed attachment, with the pins (C(tc_<direction>/)) and
+        behaviour it always had; the named ones are beside it and each other.
+      - O(state=absent) with a name removes that attachment only. Without a name it removes the unnamed
+        attachment only (and, with O(force=true), a filter this collection did not attach at the given
+        O(priority)/O(handle)); named attachments, and other programs, stay.
+      - For V(tcx) and V(cls_bpf); V(act_bpf) is refused with a name.
+    type: str
+  before:
+    description:
+      - Run this program before another program of the tcx hook, named by its attachment name (another
+        attachment of this collection on the same hook, O(name)), or, for a program this collection did not
+        attach, by its program id (an integer) or its program name as the kernel keeps it (up to 15 characters;
+        the collection's own programs are left out of that search, so it finds the other one). An attachment name
+        is looked up first, then a program name, then a string of digits as an id.
+      - A new program is attached right before it (the kernel's C(BPF_F_BEFORE)); an upgrade keeps its place
+        (C(bpf_link_update)). An attached program is where the task wants it when it runs anywhere before the
+        named one (not necessarily right before it); that is no change.
+      - Found on the wrong side, the program is moved - a new link created at the place, then the old one
+        detached (the kernel cannot move a link atomically); the hook is never without it, but for that moment
+        (a warning gives the time, well under a millisecond) it runs at both places, so a program that passes
+        frames on sees them twice.
+      - Naming nothing on the hook, the program itself, or an attachment that is not a tcx program is an error,
+        in check mode too, and nothing changes.
+      - Only with V(tcx) (or V(auto) where it resolves to V(tcx)); with V(cls_bpf), V(act_bpf), or on a kernel
+        without tcx (before 6.6), it is an error; order filters by O(priority) instead.
+      - Mutually exclusive with O(after). Without either, a new program goes where the kernel appends it (after
+        the others), as without names.
+    type: raw
+  after:
+    description:
+      - Run this program after another program of the tcx hook, named as for O(before) (C(BPF_F_AFTER)); the same
+        rules.
+    type: raw
 attributes:
   check_mode:
     support: full
@@ -142,6 +191,28 @@ EXAMPLES = r"""
     interface: eth1
     direction: ingress
     revision: previous
+
+- name: Three programs on one tcx hook, around the program another tool attached (its name is cilium_in)
+  ebpf.xdp.tc_program:
+    interface: eth0
+    name: "{{ item.name }}"
+    object: /var/lib/ebpf_xdp/objects/tc_redirect.o
+    program: tc_drop_count
+    method: tcx
+    constants:
+      tc_action: -1  # TCX_NEXT: count, and let the next program run
+    before: "{{ item.before | default(omit) }}"
+    after: "{{ item.after | default(omit) }}"
+  loop:
+    - {name: count-first, before: cilium_in}
+    - {name: count-second, after: cilium_in}
+    - {name: count-last, after: count-second}
+
+- name: Remove one of them; the others and cilium_in stay
+  ebpf.xdp.tc_program:
+    interface: eth0
+    name: count-second
+    state: absent
 """
 
 RETURN = r"""
@@ -167,6 +238,8 @@ interrupted:
       it can, and then this is false. It is true for a switch that cannot be atomic: a method change, a new
       place (priority/handle), a forced takeover of a filter for one protocol; the warning says for how long
       at most.
+    - A tcx program moved to the side of O(before)/O(after) is never missing (false), though it ran twice for
+      a moment; the warning says so.
   returned: always
   type: bool
   sample: false
@@ -245,10 +318,15 @@ maps:
   returned: when attached
   type: dict
 pin_dir:
-  description: Pin directory of this attachment.
+  description: Pin directory of this attachment (C(tc_<direction>@<name>) for a named one).
   returned: always
   type: str
   sample: /sys/fs/bpf/ebpf_xdp/host/eth0/tc_ingress
+attachment:
+  description: The attachment's O(name); null for the unnamed attachment (and when nothing is attached).
+  returned: always
+  type: str
+  sample: count-first
 revision:
   description:
     - The revision attached after the task (in check mode, the one that would be), or null when none is.

@@ -132,7 +132,10 @@ ansible_facts:
             - C(tc) has C(ingress) and C(egress), each the list of programs on that tc hook in the
               order they run (tcx programs, then clsact filters), with the same keys as C(xdp) but
               C(method) (V(tcx), V(cls_bpf) or V(act_bpf)) instead of C(mode), and C(direction), and
-              C(priority), C(handle), C(protocol) (and C(verdict) for act_bpf) for filters.
+              C(priority), C(handle), C(protocol) (and C(verdict) for act_bpf) for filters. C(attachment) is the
+              name of this collection's attachment (M(ebpf.xdp.tc_program)'s
+              O(ebpf.xdp.tc_program#module:name)), null for the unnamed one and for programs it did not attach;
+              several programs of this collection on one hook are each listed, in the order the kernel runs them.
           type: dict
           sample:
             eth0:
@@ -152,7 +155,7 @@ ansible_facts:
               tc:
                 ingress:
                   - {id: 51, name: redirect_xmit, method: tcx, direction: ingress, attach: link, link_id: 9,
-                     owner: ebpf.xdp, counters: {redirect_count: {"0": 20}}}
+                     owner: ebpf.xdp, attachment: null, counters: {redirect_count: {"0": 20}}}
                 egress: []
 """
 

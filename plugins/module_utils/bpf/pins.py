@@ -12,6 +12,9 @@ The layout, spelled out here and nowhere else. Under the pin root (default
 lab hosts share one bpffs:
 
     <pin_root>/<netns>/<ifname>/<hook>/     one attachment (hook: xdp, tc_ingress, tc_egress: HOOK_DIRS)
+    <pin_root>/<netns>/<ifname>/<hook>@<name>/
+                                            a named attachment (option name): one more on the same hook, beside
+                                            the unnamed one and each other, with the same contents
         prog                                the attached program
         link                                its bpf_link, when a link holds it
         owner                               the ownership record
@@ -21,6 +24,10 @@ lab hosts share one bpffs:
         groups/<id>/                        a multicast group (ebpf.xdp.devmap_group) in the set's maps:
             owner                           its record (id, name, egress program)
             prog                            its devmap egress program, when it has one
+
+An attachment's name is [a-z0-9_-] (ATTACHMENT_NAME): bpffs refuses '.' in
+a name, and '@' is in no name, so a directory names its hook and attachment
+without ambiguity. The unnamed attachment keeps the directory it always had.
 
 A map set lives as long as an attachment's record names it: state absent on
 the last one removes it (and the groups in it), unless keep_maps. An
@@ -41,6 +48,7 @@ import fcntl
 import glob
 import json
 import os
+import re
 import shutil
 from typing import Iterator
 
@@ -88,14 +96,47 @@ HOOK_DIRS = {"xdp": ("xdp",), "tc": ("tc_ingress", "tc_egress")}
 ATTACHMENT_DIRS = tuple(name for names in HOOK_DIRS.values() for name in names)
 
 
-def hook_dir(kind: str, direction: str | None = None) -> str:
-    """The attachment directory of a kind of hook (tc: and a direction)."""
-    return "%s_%s" % (kind, direction) if direction else kind
+# What names one of several attachments on a hook (option name), and what joins it to the hook's directory.
+ATTACHMENT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+NAMED = "@"
+
+
+def check_attachment_name(name: str) -> None:
+    """A name an attachment directory can carry (see the module docstring); PinError saying what is allowed."""
+    if not isinstance(name, str) or not ATTACHMENT_NAME.match(name):
+        raise PinError("name %r is not a usable attachment name: 1 to 32 of a-z, 0-9, '_' and '-', starting with a "
+                       "letter or digit" % (name,))
+
+
+def hook_dir(kind: str, direction: str | None = None, name: str | None = None) -> str:
+    """The attachment directory of a kind of hook (tc: and a direction), and of one named attachment on it."""
+    hook = "%s_%s" % (kind, direction) if direction else kind
+    return hook + NAMED + name if name else hook
+
+
+def split_hook_dir(directory: str) -> tuple[str, str | None]:
+    """(the hook's directory, the attachment's name or None) of an attachment directory's name."""
+    hook, named, name = directory.partition(NAMED)
+    return hook, (name if named else None)
 
 
 def hook_kind(directory: str) -> str | None:
-    """The kind of hook an attachment directory is of; None for any other directory."""
-    return next((kind for kind, names in HOOK_DIRS.items() if directory in names), None)
+    """The kind of hook an attachment directory is of (named or not); None for any other directory."""
+    hook, name = split_hook_dir(directory)
+    if name is not None and not ATTACHMENT_NAME.match(name):
+        return None
+    return next((kind for kind, names in HOOK_DIRS.items() if hook in names), None)
+
+
+def hook_attachments(pin_root: str, interface_dir: str, hook: str) -> dict[str | None, PinDir]:
+    """Every attachment directory of one hook (e.g. tc_ingress) in an interface's directory, by name (None: the
+    unnamed one); only those that exist."""
+    found = {}
+    for entry in sorted(os.listdir(interface_dir)) if os.path.isdir(interface_dir) else []:
+        base, name = split_hook_dir(entry)
+        if base == hook and hook_kind(entry) and os.path.isdir(os.path.join(interface_dir, entry)):
+            found[name] = PinDir(pin_root, os.path.join(interface_dir, entry))
+    return found
 
 
 def attachment_dir(pin_root: str, netns_key: str, ifname: str, hook: str) -> str:

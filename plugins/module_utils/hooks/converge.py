@@ -23,6 +23,8 @@ the converger:
     refuse(observed)                raise for states the collection does not manage
     identity() -> dict              the hook's part of "same program" (requested mode, ...)
     in_place(observed) -> bool      can a new program take the old one's place directly
+    movable(observed) -> bool       can a new program go to its place beside the old one, which then goes
+                                    (tc: ours on tcx, on the wrong side of its before/after); default no
                                     (settled(): and nothing else about it changes; defaults to in_place)
     planned_placement(observed)     the placement (XDP: mode, tc: method) a new program would get
     attach(prog) -> Attachment      put a program on the empty hook (a pinned link where possible)
@@ -69,6 +71,7 @@ ATTACH = "attach"
 UPDATE_LINK = "update link"
 REPLACE = "replace in place"
 REATTACH = "detach, attach, restore on failure"
+MOVE = "attach at the new place, then detach the old"
 
 # Test-only: the kill points of a run (see fault_point), named in this environment variable.
 FAULT_POINT_ENV = "EBPF_XDP_FAULT_POINT"
@@ -179,8 +182,9 @@ def plan_present(observed: Observed, force: bool, matches: bool) -> str:
     return LOAD
 
 
-def plan_swap(observed: Observed, in_place: bool, same_program: bool) -> str:
-    """After loading: how the new program takes the hook."""
+def plan_swap(observed: Observed, in_place: bool, same_program: bool, movable: bool = False) -> str:
+    """After loading: how the new program takes the hook. movable: the hook can hold it beside the old one, at its
+    new place, before the old one goes (never without the program, for a moment running it twice)."""
     if same_program:
         return RECORD_ONLY
     if not observed.attached:
@@ -189,6 +193,8 @@ def plan_swap(observed: Observed, in_place: bool, same_program: bool) -> str:
         return UPDATE_LINK
     if in_place and observed.holder == HELD_BY_NETLINK:
         return REPLACE
+    if movable and observed.holder == HELD_BY_LINK and observed.owned:
+        return MOVE
     return REATTACH
 
 
@@ -253,6 +259,11 @@ class HookAdapter(abc.ABC):
     def settled(self, observed: Observed) -> bool:
         """The program sits where and how the task wants it: a same program needs no swap."""
         return self.in_place(observed)
+
+    def movable(self, observed: Observed) -> bool:  # pylint: disable=unused-argument
+        """Whether a new program can be attached at its place while the observed one still runs, which is then
+        detached (see MOVE): only where the hook holds several programs."""
+        return False
 
     def switch_reason(self, observed: Observed) -> str:
         """Why a new program cannot take the old one's place directly (for the warning)."""
@@ -508,7 +519,8 @@ class Converger:
         try:
             with self._load(identity, self.maps_dir(shared)) as loaded:
                 fault_point("after_load")
-                action = plan_swap(observed, self.hook.in_place(observed), self._same_program(observed, loaded))
+                action = plan_swap(observed, self.hook.in_place(observed), self._same_program(observed, loaded),
+                                   self.hook.movable(observed))
                 if action == RECORD_ONLY:
                     # A rebuilt object with the same program: nothing changes in the kernel;
                     # the record learns the new object so the next run matches it directly.
@@ -554,7 +566,28 @@ class Converger:
             return self.hook.update_link(observed, prog)
         if action == REPLACE:
             return self.hook.replace(observed, prog)
+        if action == MOVE:
+            return self._move(observed, prog)
         return self._reattach(observed, prog)
+
+    def _move(self, observed: Observed, prog: _bpf.Program) -> Attachment:
+        """A program of ours held by a link, at the wrong place: the new link first, at the right place (attach()
+        pins it where the old one was pinned), then the old link detached. The hook never lacks the program; for
+        that moment it runs at both places (a program that passes frames on sees them twice)."""
+        with _bpf.Link.from_id(observed.link_id) as old:
+            start = time.monotonic()
+            try:
+                attachment = self.hook.attach(prog)
+            except Exception:
+                if not self.pins.has_link():  # the new pin failed after the old one was unlinked: pin it again
+                    old.pin(self.pins.link_path)
+                raise
+            old.detach()
+            took = time.monotonic() - start
+        self.warnings.append("%s %s program moved to its %s: attached there before the old link was detached, so for "
+                             "at most %.2f ms it ran at both places (the kernel cannot move a link)"
+                             % (self.hook.ifname, self.hook.label, self.hook.switch_reason(observed), took * 1000))
+        return attachment
 
     def _reattach(self, observed: Observed, prog: _bpf.Program) -> Attachment:
         """A mode change, or a foreign link we cannot update: detach, attach, and put the old one back on failure."""
@@ -655,7 +688,7 @@ def hold(kind: str, params: dict) -> Held | None:
     hook has nothing of ours."""
     with _netns.netns(params["netns"]):
         pins = _pins.PinDir.for_hook(params["pin_root"], _netns.netns_key(params["netns"]), params["interface"],
-                                     _pins.hook_dir(kind, params.get("direction")))
+                                     _pins.hook_dir(kind, params.get("direction"), params.get("name")))
         record = pins.record.read()
         if not record or not os.path.exists(pins.prog_path):
             return None

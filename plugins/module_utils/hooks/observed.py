@@ -89,6 +89,8 @@ def report(observed: Observed) -> dict:
     state.update(observed.extra)
     record = observed.record
     if record:
+        if record.get("attachment"):
+            state["attachment"] = record["attachment"]  # one of several of ours on the hook (tc's option name)
         state.update(object=record.get("object"), object_sha256=record.get("object_sha256"),
                      program=record.get("program_name"), constants=record.get("constants", {}),
                      **_revisions.report(record, observed.placement_key))

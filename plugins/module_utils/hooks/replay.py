@@ -385,9 +385,10 @@ def run(params: dict) -> dict:
     with _netns.netns(params["netns"]):
         key = _netns.netns_key(params["netns"])
         ifindex = _netns.ifindex(params["interface"])
-        pins = _pins.PinDir.for_hook(params["pin_root"], key, params["interface"], _pins.hook_dir(kind, direction))
+        hook = _pins.hook_dir(kind, direction, params.get("name"))  # a program task's attachment (tc's name)
+        pins = _pins.PinDir.for_hook(params["pin_root"], key, params["interface"], hook)
         record = pins.record.read()
-        where = "the %s hook of %s" % (_pins.hook_dir(kind, direction), params["interface"])
+        where = "the %s hook of %s" % (hook, params["interface"])
         if not record:
             raise NothingAttached("ebpf.xdp has no program on %s: replay compares a candidate with the program "
                                   "the collection attached there" % where)

@@ -61,8 +61,9 @@ PROGRAM_OPTIONS = ("object", "program", "constants", "shared_maps", "checksum")
 # What a kept revision holds beyond its identity.
 KEPT = ("revision", "program_name", "tag", "mode")
 # Identity keys that say nothing about which revision it is: resolved constants follow the interfaces of
-# today (an ifindex), so a revision put back is the same revision with freshly resolved constants.
-NOT_REVISION = ("resolved_constants",)
+# today (an ifindex), so a revision put back is the same revision with freshly resolved constants; a tc
+# program's place among the others (before/after) is the task's, kept by an upgrade and by a rollback.
+NOT_REVISION = ("resolved_constants", "requested_before", "requested_after")
 
 
 class RevisionError(EbpfXdpError):

@@ -20,10 +20,21 @@ attached keeps its method). Other tcx programs and other filters on the
 hook coexist and are left alone. The clsact qdisc is removed only when the
 collection created it (a Record next to the attachments says so) and no
 filter is left in it.
+
+Several programs of the collection share one hook as named attachments
+(option name; each its own pin directory, record, maps and revisions). On
+tcx, before/after place one relative to another program there (an
+attachment of ours by its name, any other by its id or name): a new link is
+created with BPF_F_BEFORE/BPF_F_AFTER next to it, an upgrade keeps the
+place (bpf_link_update), and a program found on the wrong side is moved by
+attaching the new link first and detaching the old one (tcx cannot move a
+link; for that moment the program runs at both places, never at none).
+Filters run in priority order, and each attachment has its own priority.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import platform
 
@@ -35,6 +46,77 @@ from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.observed import (
 
 FILTER_KINDS = {"cls_bpf": "bpf", "act_bpf": "u32"}
 CLSACT_RECORD = "clsact"
+# The options that place a program among the others on the tcx hook, and the kernel's flag for each.
+ORDER_FLAGS = {"before": _bpf.BPF_F_BEFORE, "after": _bpf.BPF_F_AFTER}
+# What the kernel keeps of a program's name (BPF_OBJ_NAME_LEN, with its NUL).
+PROGRAM_NAME_LENGTH = 15
+
+
+def find_anchor(anchor: int | str, tcx_ids: list[int], own_id: int, siblings: dict[str | None, dict],
+                program_name, where: str, option: str) -> int:
+    """The id of the program on the tcx hook that before/after (option) names, or HookError saying why none.
+
+    tcx_ids: the hook's programs in run order; own_id: this attachment's program (0: none yet), never an
+    anchor; siblings: the records of the collection's other attachments on the hook, by name (None: the unnamed
+    one); program_name(id): a program's name as the kernel keeps it. An anchor is, in this order: an attachment
+    of ours by its name; another program by its name (the collection's own programs left out, so that a program
+    name shared with ours still finds the other program); a program by its id (an int, or a string of digits).
+    """
+    def by_id(prog_id: int) -> int:
+        if prog_id == own_id:
+            raise HookError("%s: %s %d is this attachment's own program; name another program (nothing was changed)"
+                            % (where, option, prog_id))
+        if prog_id not in tcx_ids:
+            raise HookError("%s: %s names program id %d, which is not on it (it holds %s); nothing was changed"
+                            % (where, option, prog_id, holding(tcx_ids, program_name)))
+        return prog_id
+
+    if isinstance(anchor, int):
+        return by_id(anchor)
+    if anchor in siblings:
+        record = siblings[anchor]
+        if record.get("mode") != "tcx" or record.get("prog_id") not in tcx_ids:
+            raise HookError("%s: %s names attachment %s of ebpf.xdp, which is not a tcx program there (%s): only tcx "
+                            "programs are ordered relative to each other, filters run after them; nothing was changed"
+                            % (where, option, anchor, "method %s" % record.get("mode") if record.get("mode") != "tcx"
+                               else "not attached"))
+        return record["prog_id"]
+    ours = {record.get("prog_id") for record in siblings.values()} | {own_id}
+    named = [prog_id for prog_id in tcx_ids if prog_id not in ours
+             and program_name(prog_id) == anchor[:PROGRAM_NAME_LENGTH]]
+    if len(named) == 1:
+        return named[0]
+    if named:
+        raise HookError("%s: %s %r names %d programs there (ids %s): name one by its id; nothing was changed"
+                        % (where, option, anchor, len(named), ", ".join(map(str, named))))
+    if anchor.isdigit():
+        return by_id(int(anchor))
+    raise HookError("%s: %s %r names nothing there: no attachment of ebpf.xdp with that name (name: on its task) "
+                    "and no other program called so (it holds %s); nothing was changed"
+                    % (where, option, anchor, holding(tcx_ids, program_name)))
+
+
+def holding(tcx_ids: list[int], program_name) -> str:
+    """A tcx hook's programs in words, for messages."""
+    return ", ".join("%s (id %d)" % (program_name(prog_id), prog_id) for prog_id in tcx_ids) or "no program"
+
+
+def in_order(tcx_ids: list[int], own_id: int, option: str, anchor_id: int) -> bool:
+    """Whether the program own_id runs before (or after) anchor_id: anywhere on that side, not necessarily next
+    to it, so that two attachments placed before one program do not move each other on every run."""
+    if own_id not in tcx_ids or anchor_id not in tcx_ids:
+        return False
+    own, anchor = tcx_ids.index(own_id), tcx_ids.index(anchor_id)
+    return own < anchor if option == "before" else own > anchor
+
+
+def kernel_program_name(prog_id: int) -> str:
+    """A program's name as the kernel keeps it; empty for one gone while the hook was read."""
+    try:
+        with _bpf.Program.from_id(prog_id) as prog:
+            return prog.info()["name"]
+    except _bpf.BpfError:
+        return ""
 
 
 @register
@@ -45,17 +127,20 @@ class TcHook(HookAdapter):
     label = "tc"
     prog_type = "sched_cls"
     placement_key = "method"
-    report_keys = ("method", "direction", "priority", "handle", "protocol", "verdict")
+    report_keys = ("method", "direction", "priority", "handle", "protocol", "verdict", "attachment")
 
     def __init__(self, ifname: str, ifindex: int, pins: _pins.PinDir, clsact: _pins.Record, direction: str,
                  method: str, priority: int | None = None, handle: int | None = None, verdict: str = "drop",
-                 present: bool = True, program: str | None = None):
+                 present: bool = True, program: str | None = None, attachment: str | None = None,
+                 order: tuple[str, int | str] | None = None):
         self.ifname = ifname
         self.ifindex = ifindex
         self.pins = pins
         self.clsact = clsact
         self.direction = direction
-        self.name = _pins.hook_dir(self.kind, direction)
+        self.attachment = attachment  # the task's name: one of several attachments on the hook; None: the unnamed
+        self.order = order  # ("before" or "after", what it names), or None: wherever the kernel puts it
+        self.name = _pins.hook_dir(self.kind, direction, attachment)
         self.requested = method
         self.method = method  # auto is resolved by observe()
         self.priority = priority
@@ -63,6 +148,10 @@ class TcHook(HookAdapter):
         self.verdict = verdict
         self.present = present
         self.program = program
+        # What observe() read of the tcx hook for before/after: its programs in run order, ours, the anchor's id.
+        self.tcx_ids: list[int] = []
+        self.own_id = 0
+        self.anchor_id = 0
 
     @staticmethod
     def check_params(p: dict) -> None:
@@ -74,16 +163,37 @@ class TcHook(HookAdapter):
         top = 0xFFF if p["method"] == "act_bpf" else 0xFFFFFFFF
         if p["handle"] is not None and not 1 <= p["handle"] <= top:
             raise HookError("handle must be between 1 and %d for method %s, not %d" % (top, p["method"], p["handle"]))
+        if p.get("name") is not None:
+            _pins.check_attachment_name(p["name"])
+            if p["method"] == "act_bpf":
+                raise HookError("name: act_bpf holds one program per hook here; named attachments are tcx programs "
+                                "(placed with before/after) or cls_bpf filters (placed by priority)")
+        given = [option for option in ORDER_FLAGS if p.get(option) is not None]
+        if len(given) > 1:
+            raise HookError("before and after are mutually exclusive: give one of them")
+        for option in given:
+            anchor = p[option]
+            if isinstance(anchor, bool) or not isinstance(anchor, (int, str)) or anchor in ("", 0) \
+                    or isinstance(anchor, int) and anchor < 0:
+                raise HookError("%s names an attachment of ebpf.xdp on the hook by its name, or another program "
+                                "there by its id or its name, not %r" % (option, anchor))
+            if anchor == p.get("name"):
+                raise HookError("%s names this attachment itself; name another program on the hook" % option)
+            if p["method"] in FILTER_KINDS:
+                raise HookError("%s places a program among the programs of the tcx hook; %s filters run in priority "
+                                "order (after every tcx program): give priority instead, lower runs first"
+                                % (option, p["method"]))
 
     @classmethod
     def from_params(cls, params: dict, ifindex: int, netns_key: str) -> TcHook:
         ifname = params["interface"]
-        hook = _pins.hook_dir(cls.kind, params["direction"])
+        hook = _pins.hook_dir(cls.kind, params["direction"], params.get("name"))
         pins = _pins.PinDir.for_hook(params["pin_root"], netns_key, ifname, hook)
         clsact = _pins.Record(os.path.join(os.path.dirname(pins.directory), CLSACT_RECORD))
+        order = next(((option, params[option]) for option in ORDER_FLAGS if params.get(option) is not None), None)
         return cls(ifname, ifindex, pins, clsact, params["direction"], params["method"], params["priority"],
                    params["handle"], params["verdict"], present=params["state"] == "present",
-                   program=params["program"])
+                   program=params["program"], attachment=params.get("name"), order=order)
 
     @property
     def load_as(self) -> str | None:
@@ -96,6 +206,12 @@ class TcHook(HookAdapter):
         self._one_program_per_hook(record)
         self._resolve_method(record)
         programs = _tc_hooks.tc_programs(self.ifindex, self.direction)
+        observed = self._find(programs, record)
+        if self.present and self.order and self.method == "tcx":
+            self._read_order(programs, observed)
+        return observed
+
+    def _find(self, programs: list[dict], record: dict | None) -> Observed:
         ours = [p for p in programs if _tc_hooks.tc_owned(p, record)] or self._interrupted(programs, record)
         if ours:
             return _tc_hooks.observe_tc(ours[0], self.direction, record)
@@ -104,18 +220,43 @@ class TcHook(HookAdapter):
             return _tc_hooks.observe_tc(orphan, self.direction, None)  # Converger.adopt takes it back
         if self.method != "tcx":
             priority, handle = self._spot(record)
+            # Another attachment of ours in that place is never this one's to take (refuse() says so).
+            theirs = {r.get("prog_id") for r in self.siblings().values()}
             there = [p for p in programs if p["method"] in FILTER_KINDS and p["priority"] == priority
-                     and self._same_handle(p["handle"], handle)]
+                     and self._same_handle(p["handle"], handle) and p["prog_id"] not in theirs]
             if there:
                 return _tc_hooks.observe_tc(there[0], self.direction, None)
         return Observed(placement_key="method")
 
+    def siblings(self) -> dict[str | None, dict]:
+        """The records of the collection's other attachments on this hook, by name (None: the unnamed one)."""
+        if self.pins is None:
+            return {}
+        found = _pins.hook_attachments(self.pins.pin_root, os.path.dirname(self.pins.directory),
+                                       _pins.hook_dir(self.kind, self.direction))
+        records = {name: pins.record.read() for name, pins in found.items() if pins.directory != self.pins.directory}
+        return {name: record for name, record in records.items() if record}
+
+    def where(self) -> str:
+        return "the tcx %s hook of %s" % (self.direction, self.ifname)
+
+    def _read_order(self, programs: list[dict], observed: Observed) -> None:
+        """The tcx hook's order and the program before/after names (HookError when it names none)."""
+        self.tcx_ids = [p["prog_id"] for p in programs if p["method"] == "tcx"]
+        self.own_id = observed.prog_id if observed.owned else 0
+        option, anchor = self.order
+        self.anchor_id = find_anchor(anchor, self.tcx_ids, self.own_id, self.siblings(), kernel_program_name,
+                                     self.where(), option)
+
     def _one_program_per_hook(self, record: dict | None) -> None:
         """Two tasks naming different programs on one hook would replace each other on every run: refuse."""
         if self.present and record and self.program and record.get("program_name") not in (None, self.program):
-            raise HookError("%s %s already holds ebpf.xdp program %r (from %s); tc_program manages one program per "
-                            "interface and direction: remove it first (state: absent), or upgrade that task"
-                            % (self.ifname, self.direction, record["program_name"], record.get("object")))
+            which = "attachment %s of %s %s" % (self.attachment, self.ifname, self.direction) if self.attachment \
+                else "%s %s" % (self.ifname, self.direction)
+            raise HookError("%s already holds ebpf.xdp program %r (from %s); tc_program manages one program per "
+                            "attachment: remove it first (state: absent), upgrade that task, or give this one "
+                            "another name (name: several attachments on one hook)"
+                            % (which, record["program_name"], record.get("object")))
 
     def _resolve_method(self, record: dict | None) -> None:
         if self.requested == "auto":
@@ -126,6 +267,15 @@ class TcHook(HookAdapter):
         elif self.requested == "tcx" and self.present and not _tc_hooks.tcx_supported(self.ifindex):
             raise HookError("method: tcx needs tcx links, which Linux has from 6.6; this kernel is %s. "
                             "Use method: cls_bpf, or auto" % platform.release())
+        if self.present and self.order and self.method != "tcx":
+            option = self.order[0]
+            if record and record.get("mode") == self.method:
+                raise HookError("%s places a program on the tcx hook, and this attachment is a %s filter (method auto "
+                                "keeps the method of an attached program): remove it first (state: absent), or "
+                                "place it by priority; nothing was changed" % (option, self.method))
+            raise HookError("%s places a program among the programs of the tcx hook, which Linux has from 6.6; this "
+                            "kernel is %s. Without tcx, order cls_bpf filters by priority (method: cls_bpf, "
+                            "priority: lower runs first); nothing was changed" % (option, platform.release()))
 
     def _interrupted(self, programs: list[dict], record: dict | None) -> list[dict]:
         """A run interrupted before rewriting the record: our pinned tcx link still proves ownership.
@@ -180,6 +330,7 @@ class TcHook(HookAdapter):
             raise HookError("%s has the plain %s qdisc, which clsact (needed for %s) cannot replace; remove it "
                             "with 'tc qdisc del dev %s %s' if nothing needs it, or use method: tcx"
                             % (self.ifname, kind, self.method, self.ifname, kind))
+        self._own_priority(observed)
         if observed.owned and not self.in_place(observed):
             # Ours is moving: whoever holds the new place must not be found only after ours is gone.
             priority, handle = self._spot(None)
@@ -189,21 +340,37 @@ class TcHook(HookAdapter):
                                     "choose another place (nothing was changed)"
                                     % (self.ifname, self.direction, priority, handle, tc_filter["kind"]))
 
+    def _own_priority(self, observed: Observed) -> None:
+        """Each attachment of ours on the hook runs at its own priority: their order is their priorities'."""
+        if observed.owned and self.in_place(observed):
+            return
+        priority = self._spot(None if observed.owned else self.pins.record.read())[0]
+        for name, record in self.siblings().items():
+            if record.get("mode") in FILTER_KINDS and record.get("priority") == priority:
+                raise HookError("%s %s: priority %d is taken by %s of ebpf.xdp on this hook; each attachment needs "
+                                "a priority of its own (lower runs first): choose another (nothing was changed)"
+                                % (self.ifname, self.direction, priority,
+                                   "attachment %s" % name if name else "the unnamed attachment"))
+
     def predict_refusal(self) -> None:
         if self.method == "act_bpf" and not _tc_hooks.act_bpf_available():
             raise HookError(_tc_netlink.NO_ACT_BPF)
 
     def identity(self) -> dict:
+        option, anchor = self.order or (None, None)
         return {"requested_method": self.requested, "direction": self.direction,
                 "requested_priority": self.priority, "requested_handle": self.handle,
-                "requested_verdict": self.verdict if self.method == "act_bpf" else None}
+                "requested_verdict": self.verdict if self.method == "act_bpf" else None,
+                "attachment": self.attachment, "requested_before": anchor if option == "before" else None,
+                "requested_after": anchor if option == "after" else None}
 
     def in_place(self, observed: Observed) -> bool:
         """Same method and, for filters, the place the task names (or any, when it names none) and protocol all."""
         if observed.placement != self.method:
             return False
         if self.method == "tcx":
-            return True
+            return not self.order or not self.anchor_id or observed.prog_id != self.own_id \
+                or in_order(self.tcx_ids, self.own_id, self.order[0], self.anchor_id)
         if observed.extra.get("protocol", "all") != "all":
             return False  # tc keeps one protocol per priority: ours (all) cannot replace it there in one step
         priority, handle = observed.extra.get("priority"), observed.extra.get("handle")
@@ -215,9 +382,16 @@ class TcHook(HookAdapter):
     def planned_placement(self, observed: Observed) -> str:
         return self.method
 
+    def movable(self, observed: Observed) -> bool:
+        """Ours on the tcx hook, on the wrong side of its anchor: a new link goes to the place, then the old goes."""
+        return self.method == "tcx" and observed.placement == "tcx" and observed.owned \
+            and observed.holder == HELD_BY_LINK
+
     def switch_reason(self, observed: Observed) -> str:
         if observed.placement != self.method:
             return "method"
+        if self.method == "tcx":
+            return "place (%s %s)" % self.order if self.order and observed.owned else "from a foreign link"
         if observed.extra.get("protocol", "all") != "all":
             return "protocol (%s to all)" % observed.extra["protocol"]
         return "place (priority/handle)"
@@ -235,8 +409,25 @@ class TcHook(HookAdapter):
                 self.cleanup()
             raise
 
-    def _tcx_link(self, prog: _bpf.Program) -> _bpf.Link:
-        return _bpf.Link.create_tcx(prog, self.ifindex, _tc_hooks.TC_DIRECTIONS[self.direction])
+    def _tcx_link(self, prog: _bpf.Program, placed: bool = True) -> _bpf.Link:
+        """A new tcx link for prog: next to what before/after names (placed), else where the kernel appends."""
+        attach_type = _tc_hooks.TC_DIRECTIONS[self.direction]
+        if not (placed and self.order):
+            return _bpf.Link.create_tcx(prog, self.ifindex, attach_type)
+        # The hook read again, at the revision the link is created against: a program added or removed meanwhile
+        # (by another tool) makes the kernel refuse (ESTALE) rather than place ours next to the wrong one.
+        hook = _bpf.tcx_query(self.ifindex, attach_type)
+        option, anchor = self.order
+        anchor_id = find_anchor(anchor, hook["prog_ids"], self.own_id, self.siblings(), kernel_program_name,
+                                self.where(), option)
+        try:
+            return _bpf.Link.create_tcx(prog, self.ifindex, attach_type, flags=ORDER_FLAGS[option],
+                                        relative_id=anchor_id, expected_revision=hook["revision"])
+        except _bpf.BpfError as exc:
+            if exc.errno == errno.ESTALE:
+                raise HookError("%s changed while this task placed its program there (another program came or "
+                                "went); nothing was changed: run the task again" % self.where()) from exc
+            raise
 
     def _ensure_clsact(self) -> bool:
         """The clsact qdisc for filters; created ones are recorded (with the ifindex: names get reused)."""
@@ -286,7 +477,10 @@ class TcHook(HookAdapter):
         deleted and ours added, and on failure it comes back as it was.
         """
         if observed.holder == HELD_BY_LINK:
-            self.pin_link(self._tcx_link(old))
+            try:
+                self.pin_link(self._tcx_link(old))
+            except HookError:
+                self.pin_link(self._tcx_link(old, placed=False))  # its place is gone: on the hook all the same
             return
         self._ensure_clsact()
         self._put_filter(old, observed.placement, (observed.extra["priority"], observed.extra["handle"]), replace=False,

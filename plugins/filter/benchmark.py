@@ -28,6 +28,8 @@ PASS = {"xdp_action": 2}
 # A veth takes the frames its peer redirects (the XDP generator does) only while it has a native XDP program or
 # GRO on; a generic program is neither, so its port gets GRO for the case.
 GRO_ON, GRO_OFF = "ethtool -K %s gro on", "ethtool -K %s gro off"
+# The line of the role's snapshot (tasks/snapshot.yml) for the table iptables' raw rules live in.
+IPTABLES_RAW_TABLE = "nftables table ip raw"
 
 
 def _obj(params, name):
@@ -131,6 +133,11 @@ def _drop_cases(params):
     def netfilter(backend):
         return [dict(rx, interface=port, backend=backend)]
 
+    # iptables (the nft backend, Debian's) makes the table ip raw for its rule, and removing the rule leaves it
+    # (with hooks that every packet then crosses): it goes again where the benchmark made it.
+    made_raw = IPTABLES_RAW_TABLE not in params.get("snapshot", {}).get(place_key(rx), [])
+    raw_gone = [_shell(rx, ["iptables-save -t raw | grep -q '^-A' || nft delete table ip raw"])] if made_raw else []
+
     return [
         case("XDP drop, xdp_drop_count, native", [_counter(params, port)]),
         case("XDP drop, xdp_drop_count, generic", [_xdp(params, port, "xdp_drop_count", mode="generic")],
@@ -138,7 +145,8 @@ def _drop_cases(params):
         case("XDP drop, empty program, native", [_xdp(params, port, "xdp_drop")], count="stats"),
         case("tc drop, tcx", [_count_and_pass(params, port)], tc_drop("tcx"), count="tc"),
         case("tc drop, cls_bpf", [_count_and_pass(params, port)], tc_drop("cls_bpf"), count="tc"),
-        case(base, [_count_and_pass(params, port)], count="netfilter", netfilter=netfilter("iptables")),
+        case(base, [_count_and_pass(params, port)], count="netfilter", netfilter=netfilter("iptables"),
+             teardown=raw_gone),
         case("nftables netdev ingress drop", [_count_and_pass(params, port)], count="netfilter",
              netfilter=netfilter("nftables")),
     ]
@@ -390,13 +398,13 @@ def benchmark_cost_records(results):
     return records
 
 
-def benchmark_control_records(steps, clock, rnd):
+def benchmark_control_records(steps, clock, rnd, baseline=None):
     """Records of the control family: the seconds between consecutive readings of the clock, one per step,
-    each compared with the first step (the baseline)."""
+    each compared with baseline (by default the first step)."""
     if len(clock) != len(steps) + 1:
         raise AnsibleFilterError("benchmark control: %d steps need %d clock readings, not %d"
                                  % (len(steps), len(steps) + 1, len(clock)))
-    return [dict(family="control", case=step, round=int(rnd), baseline=steps[0], metric="seconds",
+    return [dict(family="control", case=step, round=int(rnd), baseline=baseline or steps[0], metric="seconds",
                  higher_is_better=False, value=float(clock[i + 1]) - float(clock[i]))
             for i, step in enumerate(steps)]
 
@@ -410,10 +418,18 @@ def benchmark_trafgen_result(output):
     return dict(total=int(sent.group(1)), seconds=int(took.group(1)) + int(took.group(2)) / 1e6)
 
 
-def benchmark_left_behind(before, after, leftovers):
-    """What the benchmark left on its hosts, one line each: a data path that differs from the one read before
-    the benchmark (looped datapath state=gathered results), and any bridge or netfilter rule of the benchmark
-    still there (looped shell results, one name per line). Empty when every host is as it was."""
+def benchmark_snapshot(results):
+    """Place key -> the sorted lines of its snapshot (looped shell results of the role's snapshot.yml)."""
+    return {result["item"]["key"]: sorted({line.strip() for line in (result.get("stdout") or "").split("\n")
+                                           if line.strip()})
+            for result in results}
+
+
+def benchmark_left_behind(before, after, snapshot_before, snapshot_after):
+    """What the benchmark left on its hosts (or took away), one line each: a data path that differs from the
+    one read before the benchmark (looped datapath state=gathered results), and each line of a place's snapshot
+    (links, qdiscs, netfilter tables and rules, GRO, the pktgen module) that is new or gone. Empty when every
+    host is as it was."""
     found = []
     was = {result["item"]: result.get("gathered") for result in before}
     for result in after:
@@ -421,10 +437,10 @@ def benchmark_left_behind(before, after, leftovers):
         if result.get("gathered") != was.get(host):
             found.append("%s: its data path differs from before the benchmark: %s, now %s"
                          % (host, was.get(host), result.get("gathered")))
-    for result in leftovers:
-        for line in (result.get("stdout") or "").split("\n"):
-            if line.strip():
-                found.append("%s: %s is still there" % (result["item"]["key"], line.strip()))
+    for key, lines in snapshot_after.items():
+        earlier = set(snapshot_before.get(key, []))
+        found += ["%s: %s (new)" % (key, line) for line in lines if line not in earlier]
+        found += ["%s: %s (gone)" % (key, line) for line in sorted(earlier - set(lines))]
     return found
 
 
@@ -434,6 +450,7 @@ class FilterModule:
                 "benchmark_record": benchmark_record, "benchmark_objects": benchmark_objects,
                 "benchmark_place_facts": benchmark_place_facts, "benchmark_places": benchmark_places,
                 "benchmark_hosts": benchmark_hosts,
-                "benchmark_left_behind": benchmark_left_behind, "benchmark_cost_records": benchmark_cost_records,
+                "benchmark_left_behind": benchmark_left_behind, "benchmark_snapshot": benchmark_snapshot,
+                "benchmark_cost_records": benchmark_cost_records,
                 "benchmark_control_records": benchmark_control_records,
                 "benchmark_trafgen_result": benchmark_trafgen_result}

@@ -12,7 +12,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.ebpf.xdp.plugins.filter.benchmark import (
     GROUP_IP, GROUP_MAC, FilterModule, benchmark_control_records, benchmark_cost_records, benchmark_hosts,
     benchmark_left_behind, benchmark_matrix, benchmark_objects, benchmark_place_facts, benchmark_places,
-    benchmark_record, benchmark_schedule, benchmark_trafgen_result)
+    benchmark_record, benchmark_schedule, benchmark_snapshot, benchmark_trafgen_result)
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "benchmark"
 OBJECTS, PIN_ROOT = "/var/lib/ebpf_xdp/benchmark", "/sys/fs/bpf/ebpf_xdp"
@@ -587,28 +587,34 @@ def gathered(host, config):
     return {"item": host, "changed": False, "gathered": copy.deepcopy(config)}
 
 
+def snapshot(key, netns, stdout):
+    return {"item": dict(host="vm" if netns else key, netns=netns, key=key, interfaces=["eth0"]), "stdout": stdout}
+
+
 def test_left_behind_is_empty_when_every_host_is_as_it_was():
     before = [gathered("receiver", GATHERED), gathered("router", {})]
     after = [gathered("receiver", GATHERED), gathered("router", {})]
-    leftovers = [{"item": dict(host="receiver", netns=None, key="receiver", interfaces=["eth0"]), "stdout": ""},
-                 {"item": dict(host="vm", netns="receiver", key="vm/receiver", interfaces=["eth0"]),
-                  "stdout": "\n"}]
-    assert benchmark_left_behind(before, after, leftovers) == []
+    taken = benchmark_snapshot([snapshot("receiver", None, "link eth0\nqdisc clsact ffff:\n"),
+                                snapshot("vm/receiver", "receiver", "\n")])
+    assert taken == {"receiver": ["link eth0", "qdisc clsact ffff:"], "vm/receiver": []}
+    assert benchmark_left_behind(before, after, taken, taken) == []
 
 
-def test_left_behind_names_the_host_and_what_stayed():
+def test_left_behind_names_the_host_and_what_stayed_or_went():
     changed = copy.deepcopy(GATHERED)
     changed["tc"] = [{"interface": "eth0", "object": OBJECTS + "/tc_redirect.o", "program": "tc_drop_count"}]
     before = [gathered("receiver", GATHERED), gathered("router", {})]
     after = [gathered("receiver", changed), gathered("router", {})]
-    leftovers = [{"item": dict(host="vm", netns="switch", key="vm/switch", interfaces=["eth0"]),
-                  "stdout": " brbench\nebpf_xdp_drop_eth0\n"},
-                 {"item": dict(host="receiver", netns=None, key="receiver", interfaces=["eth0"]), "stdout": ""}]
-    found = benchmark_left_behind(before, after, leftovers)
-    assert len(found) == 3
+    was = benchmark_snapshot([snapshot("vm/switch", "switch", "link eth0\neth0 generic-receive-offload: off\n")])
+    now = benchmark_snapshot([snapshot("vm/switch", "switch",
+                                       "link eth0 enslaved\nlink brbench\nnftables table netdev ebpf_xdp_drop_eth0\n"
+                                       "eth0 generic-receive-offload: off\n")])
+    found = benchmark_left_behind(before, after, was, now)
+    assert len(found) == 5
     assert found[0].startswith("receiver: its data path differs from before the benchmark: ")
     assert "tc_drop_count" in found[0]
-    assert found[1:] == ["vm/switch: brbench is still there", "vm/switch: ebpf_xdp_drop_eth0 is still there"]
+    assert found[1:] == ["vm/switch: link brbench (new)", "vm/switch: link eth0 enslaved (new)",
+                         "vm/switch: nftables table netdev ebpf_xdp_drop_eth0 (new)", "vm/switch: link eth0 (gone)"]
 
 
 # The role's tasks
@@ -619,3 +625,14 @@ def test_every_filter_the_role_uses_is_registered():
     for tasks in (ROLE / "tasks").glob("*.yml"):
         used |= set(re.findall(r"\|\s*ebpf\.xdp\.(benchmark_\w+)", tasks.read_text()))
     assert "benchmark_matrix" in used and used <= set(FilterModule().filters())
+
+
+def test_the_iptables_case_removes_the_raw_table_only_where_the_benchmark_made_it():
+    def raw_teardown(snapshot):
+        case = next(case for case in benchmark_matrix(dict(with_facts(lab_params(["drop"])), snapshot=snapshot))
+                    if case["case"] == "iptables raw drop")
+        return case["teardown"]
+
+    made = raw_teardown({"receiver": ["link eth0"]})
+    assert [entry["lines"] for entry in made] == [["iptables-save -t raw | grep -q '^-A' || nft delete table ip raw"]]
+    assert raw_teardown({"receiver": ["nftables table ip raw"]}) == []

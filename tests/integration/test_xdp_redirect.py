@@ -35,3 +35,38 @@ def test_xdp_redirect_forwards_through_the_router(run_distro, chain, redirect_ob
     snmp = sh("ip", "netns", "exec", chain.rt, "cat", "/proc/net/snmp").stdout.splitlines()
     names, values = [line.split() for line in snmp if line.startswith("Ip:")][:2]
     assert int(values[names.index("InReceives")]) == 0
+
+
+@pytest.fixture(scope="module")
+def redirect_map_obj(tmp_path_factory):
+    return compile_bpf(os.path.join(BPF_DIR, "xdp_redirect_map.bpf.c"),
+                       tmp_path_factory.mktemp("xdpredirectmap") / "xdp_redirect_map.o",
+                       [os.path.join(BPF_DIR, "include")])
+
+
+def test_a_devmap_survives_mode_switches_with_its_entries(run_distro, chain, redirect_map_obj, drop_obj):
+    """xdp_redirect_map's tx_port is a devmap, which the kernel marks BPF_F_RDONLY_PROG: loading the object
+    again over its pin (a mode switch here, an upgrade alike) reuses that very map, entries and all."""
+    run_distro("xdp_program", dict(interface="eth0", netns=chain.rx, object=drop_obj))
+    args = dict(interface="eth0", netns=chain.rt, object=redirect_map_obj, mode="native")
+    attached, _again = assert_rhythm(run_distro, "xdp_program", args)
+    tx_port = attached["maps"]["tx_port"]
+    entry = dict(path=tx_port, netns=chain.rt, entries=[dict(key=0, value={"ifindex": "eth1"})])
+    assert_rhythm(run_distro, "bpf_map_entry", entry)
+    map_id = run_distro("xdp_facts", dict(netns=chain.rt, interfaces=["eth0"]))[
+        "ansible_facts"]["xdp"]["interfaces"]["eth0"]["xdp"]["maps"]
+    delivered = 0
+    for mode in ("generic", "native"):
+        switched, _again = assert_rhythm(run_distro, "xdp_program", dict(args, mode=mode))
+        assert switched["mode"] == mode and switched["maps"]["tx_port"] == tx_port, switched
+        facts = run_distro("xdp_facts", dict(netns=chain.rt, interfaces=["eth0"]))["ansible_facts"]["xdp"]
+        assert facts["interfaces"]["eth0"]["xdp"]["maps"] == map_id  # the same maps, not new ones
+        entries = run_distro("bpf_map_entry", entry, check=True)
+        assert not entries.get("changed"), entries  # the entry is still there
+        # Generic XDP on a veth takes redirected frames only with GRO on; the socket engine needs neither.
+        sent = run_distro("xdp_trafficgen", dict(interface="eth0", netns=chain.tx, engine="socket",
+                                                 src_ip=chain.pair.tx_ip, dst_ip=chain.pair.rx_ip,
+                                                 dst_mac=chain.pair.rx_mac, protocols=["udp"], count=30))
+        delivered += sent["sent"]["udp"]
+        received = run_distro("xdp_facts", dict(netns=chain.rx, interfaces=["eth0"]))["ansible_facts"]["xdp"]
+        assert received["interfaces"]["eth0"]["xdp"]["protocols"] == {"udp": delivered}

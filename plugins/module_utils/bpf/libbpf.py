@@ -79,6 +79,9 @@ MAP_TYPES = {
     27: "ringbuf",
 }
 PERCPU_MAP_TYPES = frozenset((5, 6, 10))
+DEVMAP_TYPES = frozenset((14, 25))
+# The kernel adds it to every devmap it creates (programs may not write one); a map asked for with it is refused.
+BPF_F_RDONLY_PROG = 1 << 7
 # Map types the kernel reads many elements of in one call (BPF_MAP_LOOKUP_BATCH, Linux 5.6): hashes and arrays.
 BATCH_MAP_TYPES = frozenset((1, 2, 5, 6, 9, 10))
 # Elements per batch: all of a counter map at once, a bounded buffer for a large hash.
@@ -302,6 +305,8 @@ _SIGNATURES = {
     "bpf_map__key_size": (_U32, [_P]),
     "bpf_map__value_size": (_U32, [_P]),
     "bpf_map__max_entries": (_U32, [_P]),
+    "bpf_map__map_flags": (_U32, [_P]),
+    "bpf_map__reuse_fd": (_I, [_P, _I]),
     "bpf_map__is_internal": (ctypes.c_bool, [_P]),
     "bpf_map__set_pin_path": (_I, [_P, _S]),
     "bpf_map__fd": (_I, [_P]),
@@ -497,12 +502,31 @@ class BpfObject:
                "set the type of program %s of %s to %s" % (name, self.path, prog_type))
 
     def pin_maps(self, directory: str) -> None:
-        """Pin every user map at directory/NAME; libbpf reuses a compatible pin on load."""
+        """Pin every user map at directory/NAME; libbpf reuses a compatible pin on load (devmaps: see
+        _reuse_devmap)."""
         for m in self._maps():
             if lib().bpf_map__is_internal(m):
                 continue
             path = os.path.join(directory, _name(lib().bpf_map__name(m)))
+            if lib().bpf_map__type(m) in DEVMAP_TYPES and os.path.exists(path):
+                self._reuse_devmap(m, path)
+                continue
             _check(lib().bpf_map__set_pin_path(m, path.encode()), "set pin path %s" % path)
+
+    @staticmethod
+    def _reuse_devmap(m, path: str) -> None:
+        """Hand libbpf the pinned devmap at path. libbpf before 1.3 (Debian 12 has 1.1) compares the pin's flags
+        with the object's as they are, and the kernel's own BPF_F_RDONLY_PROG makes every pinned devmap differ:
+        a second load of the object (an upgrade, a mode switch) was refused. The same check, that flag aside."""
+        with Map.from_pin(path) as pinned:
+            want = (lib().bpf_map__type(m), lib().bpf_map__key_size(m), lib().bpf_map__value_size(m),
+                    lib().bpf_map__max_entries(m), lib().bpf_map__map_flags(m) & ~BPF_F_RDONLY_PROG)
+            have = (pinned.info["type_id"], pinned.info["key_size"], pinned.info["value_size"],
+                    pinned.info["max_entries"], pinned.map_flags & ~BPF_F_RDONLY_PROG)
+            if want != have:
+                raise BpfError("couldn't reuse pinned map at %s: parameter mismatch (type, key size, value size, "
+                               "max entries, flags: pinned %s, object %s)" % (path, have, want), errno_mod.EINVAL)
+            _check(lib().bpf_map__reuse_fd(m, pinned.fd), "reuse pinned map %s" % path)
 
     def clear_pin_paths(self) -> None:
         """Keep every map out of bpffs, even those declared LIBBPF_PIN_BY_NAME (check mode)."""

@@ -5,10 +5,10 @@
 """The benchmark's matrix as data (role ebpf.xdp.benchmark runs it).
 
 Every traffic case is one dict that the role's generic run executes: the
-data path of each host it uses (a ebpf.xdp.datapath config, converged with
-state overridden, so the previous case's programs go in the same module
-run), shell lines before and after (a bridge, GRO), netfilter baselines, one
-generator run, and where the delivered frames are counted. Keeping the
+data path of each place it uses (an ebpf.xdp.datapath config, converged
+with state overridden), shell lines before and after (a bridge, GRO),
+netfilter baselines, one generator run, and where the delivered frames are
+counted. Keeping the
 cases here, and not as tasks, lets every family share one run and one
 teardown, and lets a unit test read the whole matrix.
 """

@@ -20,7 +20,9 @@ DIR), passing and counting frames, with `release` set from fleet_release
 (default 1): a new release is a new revision to roll out. A host in
 fleet_fault_hosts (or with fleet_fault: true) gets the faulty variant,
 xdp_action 1, which drops every frame: its rollout gate fails on the share of
-dropped frames. The namespaces' names start with PREFIX, so this lab lives
+dropped frames. A host in fleet_drop_tcp_hosts gets a subtler faulty variant
+that drops TCP frames only (drop_ip_proto 6), which the broadcast ping does
+not show but a replay of mixed frames does. The namespaces' names start with PREFIX, so this lab lives
 next to the standard one (inventories/lab) without touching it.
 """
 
@@ -69,13 +71,15 @@ HOST_GROUP_VARS = {
         "program": "xdp_verdict_count",
         "mode": "native",
         "constants": {"release": "{{ fleet_release | int }}",
-                      "xdp_action": "{{ 1 if fleet_fault | bool else 2 }}"},
+                      "xdp_action": "{{ 1 if fleet_fault | bool else 2 }}",
+                      "drop_ip_proto": "{{ 6 if inventory_hostname in fleet_drop_tcp_hosts else 0 }}"},
     }],
     # Each host compiles its own objects, as a real host does (the namespaces share this filesystem).
     "xdp_deploy_src_dir": "/var/lib/ebpf_xdp/lab/{{ inventory_hostname }}/src",
     "xdp_deploy_object_dir": "/var/lib/ebpf_xdp/lab/{{ inventory_hostname }}/objects",
     "fleet_release": 1,
     "fleet_fault_hosts": [],
+    "fleet_drop_tcp_hosts": [],
     "fleet_fault": "{{ inventory_hostname in fleet_fault_hosts }}",
     # A canary, then 10% of the hosts, then the rest.
     "xdp_rollout_batches": [1, "10%", "100%"],

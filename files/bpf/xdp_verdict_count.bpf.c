@@ -9,7 +9,9 @@
  * share of dropped frames. `release` is not used by the code; a deploy sets
  * it to tell two releases of the same program apart (in the lab, the
  * rollouts' "new version"), and `xdp_action: 1` makes the faulty release
- * that drops what it should pass.
+ * that drops what it should pass. `drop_ip_proto` (0: none) makes a subtler
+ * one: frames of that IP protocol (6: TCP) are dropped, the rest get
+ * `xdp_action`.
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -17,6 +19,7 @@
 
 const volatile __u32 xdp_action = XDP_PASS;
 const volatile __u32 release = 0;
+const volatile __u32 drop_ip_proto = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -28,14 +31,19 @@ struct {
 SEC("xdp")
 int xdp_verdict_count(struct xdp_md *ctx)
 {
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct hdr_cursor nh = { .pos = data };
 	__u32 key = xdp_action;
 	__u64 *count;
 
-	count_ip_proto((void *)(long)ctx->data, (void *)(long)ctx->data_end);
+	count_ip_proto(data, data_end);
+	if (drop_ip_proto && parse_ip_proto(&nh, data_end) == (int)drop_ip_proto)
+		key = XDP_DROP;
 	count = bpf_map_lookup_elem(&verdict_count, &key);
 	if (count)
 		*count += 1;
-	return xdp_action;
+	return key;
 }
 
 char _license[] SEC("license") = "GPL";

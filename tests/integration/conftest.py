@@ -191,6 +191,19 @@ def changed_by_host(out):
     return {host: stats["changed"] for host, stats in out["stats"].items()}
 
 
+def changed_tasks(out):
+    """{host: [(task name, what it reported)]} of the changed tasks in ansible_playbook()'s output: what an
+    assertion of no change shows when it fails."""
+    found = {}
+    for play in out["plays"]:
+        for task in play["tasks"]:
+            for host, result in task["hosts"].items():
+                if result.get("changed"):
+                    said = {k: result[k] for k in ("changes", "diff", "msg", "cmd") if result.get(k)}
+                    found.setdefault(host, []).append((task["task"]["name"], str(said)[:800]))
+    return found
+
+
 def module_path():
     """A PYTHONPATH with only ansible-core and this checkout's collection, for any interpreter: the system Python
     keeps Debian's pyroute2 (the venv's site-packages would put PyPI's first)."""

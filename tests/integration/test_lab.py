@@ -21,7 +21,7 @@ import time
 import pytest
 import yaml
 
-from conftest import ROOT, ansible_env, ansible_playbook, changed_by_host, sh, task_results, xdp_attached
+from conftest import ROOT, ansible_env, ansible_playbook, changed_by_host, changed_tasks, sh, task_results, xdp_attached
 
 with open(os.path.join(ROOT, "inventories", "lab", "group_vars", "all.yml")) as f:
     NAMESPACES = yaml.safe_load(f)["lab_namespaces"]
@@ -191,9 +191,10 @@ def test_deploy_rhythm_and_witnesses(lab):
     shown = task_results(first, "Show the receiver's counters per IP protocol")["sender"]["msg"]
     assert "proto 6: 50 packets" in shown and "proto 17: 50 packets" in shown, shown
 
-    assert set(changed_by_host(playbook("deploy_xdp.yml", check=True, extra_vars=lab)).values()) == {0}
+    second_check = playbook("deploy_xdp.yml", check=True, extra_vars=lab)
+    assert set(changed_by_host(second_check).values()) == {0}, changed_tasks(second_check)
     second = playbook("deploy_xdp.yml", extra_vars=lab)
-    assert set(changed_by_host(second).values()) == {0}
+    assert set(changed_by_host(second).values()) == {0}, changed_tasks(second)
 
     # What the facts report is what the kernel shows.
     facts = task_results(second, "Read the receiver's counters after the burst")["sender"]["ansible_facts"]["xdp"]

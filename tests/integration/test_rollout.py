@@ -21,6 +21,7 @@ import uuid
 import pytest
 
 from conftest import ROOT
+from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames, pcap as _pcap
 
 BIN = os.path.join(ROOT, ".venv", "bin")
 FLEET = os.path.join(ROOT, "scripts", "fleet_lab.py")
@@ -228,27 +229,61 @@ def test_rollback_entry_point_rhythm(fleet, tmp_path):
     assert after["counters"]["verdict_count"] == before["counters"]["verdict_count"] != {}, (before, after)
 
 
-def replay_gate(hosts):
-    """The replay gate's variables: 20 frames of the broadcast ping captured on each receiver's eth0 just before
-    the replay (the program there passes them, so the capture sees them)."""
-    return {"xdp_rollout_replay_pcap": "/var/lib/ebpf_xdp/replay-{{ inventory_hostname }}.pcap",
-            "xdp_rollout_replay_capture": {"interface": "eth0", "count": 20, "seconds": 20}}
+def replay_gate(**source):
+    """The replay gate's variables: a pcap per host, captured just before the replay (`capture`) or given."""
+    gate = {"xdp_rollout_replay_pcap": "/var/lib/ebpf_xdp/replay-{{ inventory_hostname }}.pcap"}
+    if source.get("capture"):
+        gate["xdp_rollout_replay_capture"] = source["capture"]
+    return gate
 
 
-def test_the_replay_gate_stops_a_release_that_drops_before_any_host_changes(at_release_1):
+# A sample of mixed traffic for the gate: UDP, TCP, ICMP over IPv4, UDP and ICMPv6 over IPv6, a VLAN-tagged TCP
+# frame, an ARP request. Broadcast frames, as the fleet's receivers see them.
+MIX = [("udp", "10.20.0.1", "10.20.0.9", None)] * 5 + [("tcp", "10.20.0.1", "10.20.0.9", None)] * 3 + \
+    [("icmp", "10.20.0.1", "10.20.0.9", None)] * 2 + [("udp", "fd20::1", "fd20::9", None)] * 2 + \
+    [("icmp", "fd20::1", "fd20::9", None)] + [("tcp", "10.20.0.1", "10.20.0.9", 7)]
+TCP_IN_MIX = 4
+
+
+def write_mixed_sample(path):
+    frames = [_frames.build_frame(proto, "02:00:12:00:00:01", "ff:ff:ff:ff:ff:ff", src, dst, src_port=2000 + i,
+                                  dst_port=443, vlan=vlan) for i, (proto, src, dst, vlan) in enumerate(MIX)]
+    # ARP request: Ethernet header, then who has 10.20.0.9, tell 10.20.0.1.
+    arp = bytes.fromhex("ffffffffffff020012000001" + "0806" + "0001080006040001" + "020012000001" + "0a140001"
+                        + "000000000000" + "0a140009").ljust(60, b"\0")
+    return _pcap.write(path, frames + [arp])
+
+
+def test_the_replay_gate_stops_a_drop_tcp_release_before_any_host_changes(at_release_1):
+    """A release that drops TCP on one host: the broadcast ping would not show it (the health gate would let it
+    through), a replay of mixed frames does; the rollout stops before any host changes. The same code without
+    the fault then goes through the gate, replayed against frames captured just before."""
     inventory, hosts = at_release_1
-    faulty = {"fleet_release": 2, "fleet_fault_hosts": hosts[2:3]}
-    rc, out = ansible_playbook(inventory, "deploy_xdp.yml", faulty, replay_gate(hosts))
-    result = summary(out)
-    assert rc != 0 and result["stopped_at_batch"] == 0, result
-    assert sorted(result["untouched"]) == hosts and not result["updated"], result
-    assert list(result["problems"]) == hosts[2:3], result
-    assert "XDP_PASS -> XDP_DROP: 20" in " ".join(result["problems"][hosts[2]]), result
-    assert releases(inventory, hosts) == dict.fromkeys(hosts, 1)
-    # The same release without the fault: every frame gets the verdict it gets now, and the rollout goes on.
-    rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": 2}, replay_gate(hosts))
-    result = summary(out)
-    assert rc == 0 and sorted(result["updated"]) == hosts, result
-    assert releases(inventory, hosts) == dict.fromkeys(hosts, 2)
-    for host in hosts:
-        os.unlink("/var/lib/ebpf_xdp/replay-%s.pcap" % host)
+    samples = ["/var/lib/ebpf_xdp/replay-%s.pcap" % host for host in hosts]
+    try:
+        for path in samples:
+            assert write_mixed_sample(path) == len(MIX) + 1
+        faulty = {"fleet_release": 2, "fleet_drop_tcp_hosts": hosts[2:3]}
+        rc, out = ansible_playbook(inventory, "deploy_xdp.yml", faulty, replay_gate())
+        result = summary(out)
+        assert rc != 0 and result["stopped_at_batch"] == 0, result
+        assert sorted(result["untouched"]) == hosts and not result["updated"], result
+        assert list(result["problems"]) == hosts[2:3], result
+        problem = " ".join(result["problems"][hosts[2]])
+        assert "%d of %d frames would change verdict (XDP_PASS -> XDP_DROP: %d)" % (
+            TCP_IN_MIX, len(MIX) + 1, TCP_IN_MIX) in problem, result
+        assert problem.count(" -> ") == 1, "only the TCP frames change: %s" % problem
+        assert releases(inventory, hosts) == dict.fromkeys(hosts, 1)
+        # Release 2 without the fault: the same code as release 1 but for its `release` constant, so every frame
+        # captured just before gets the verdict it gets now, and the rollout goes on.
+        capture = {"interface": "eth0", "count": 20, "seconds": 20}
+        rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": 2}, replay_gate(capture=capture))
+        result = summary(out)
+        assert rc == 0 and sorted(result["updated"]) == hosts, result
+        assert releases(inventory, hosts) == dict.fromkeys(hosts, 2)
+        for path in samples:
+            assert len(_pcap.read(path)[1]) == 20, "the gate replayed the frames it captured, not the sample"
+    finally:
+        for path in samples:
+            if os.path.exists(path):
+                os.unlink(path)

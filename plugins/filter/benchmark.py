@@ -409,6 +409,41 @@ def benchmark_control_records(steps, clock, rnd, baseline=None):
             for i, step in enumerate(steps)]
 
 
+def benchmark_scrape_plan(programs, netns, objects_dir):
+    """The metrics scrape control case: how many veth pairs the namespace needs, and per step (a number of
+    programs, increasing) the datapath config that attaches xdp_drop_count to that many of their ends."""
+    if not programs or any(not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in programs) \
+            or list(programs) != sorted(set(programs)):
+        raise AnsibleFilterError("benchmark: benchmark_metrics_programs must be increasing numbers of programs, "
+                                 "1 or more: %s" % (programs,))
+    pairs = (max(programs) + 1) // 2
+    ends = ["b%d" % i for i in range(pairs)] + ["a%d" % i for i in range(pairs)]
+    return dict(pairs=pairs, steps=[
+        dict(programs=count, xdp=[dict(interface=end, netns=netns, object="%s/xdp_drop_count.o" % objects_dir,
+                                       program="xdp_drop_count", mode="native") for end in ends[:count]])
+        for count in programs])
+
+
+def scrape_case(programs):
+    return "metrics scrape, %d program%s" % (programs, "" if programs == 1 else "s")
+
+
+def benchmark_scrape_records(scrape, programs, baseline_programs):
+    """Records of the metrics scrape control case from scrape_times.py's output: one per scrape (its seconds as
+    the client saw them), each noting the exporter's median collect time, the page and the exporter's memory;
+    an error when the page does not show the programs attached."""
+    if scrape.get("programs") != programs:
+        raise AnsibleFilterError("benchmark metrics scrape: the exporter shows %s programs, %d are attached"
+                                 % (scrape.get("programs"), programs))
+    collect = sorted(c for c in scrape.get("collect_seconds") or () if c is not None)
+    notes = "%sexporter: %d samples, %.0f KiB page, VmHWM %.1f MiB" % (
+        "collect %.1f ms (median), " % (1000 * collect[len(collect) // 2]) if collect else "",
+        scrape.get("samples", 0), scrape.get("page_bytes", 0) / 1024, scrape.get("hwm_mib", 0))
+    return [dict(family="control", case=scrape_case(programs), round=rnd, baseline=scrape_case(baseline_programs),
+                 metric="seconds", higher_is_better=False, value=float(seconds), notes=notes)
+            for rnd, seconds in enumerate(scrape["seconds"], 1)]
+
+
 def benchmark_trafgen_result(output):
     """Frames sent and seconds from what trafgen prints when SIGINT stops it (its total and its CPU's time)."""
     sent = re.search(r"(\d+) packets outgoing", output or "")
@@ -453,4 +488,5 @@ class FilterModule:
                 "benchmark_left_behind": benchmark_left_behind, "benchmark_snapshot": benchmark_snapshot,
                 "benchmark_cost_records": benchmark_cost_records,
                 "benchmark_control_records": benchmark_control_records,
+                "benchmark_scrape_plan": benchmark_scrape_plan, "benchmark_scrape_records": benchmark_scrape_records,
                 "benchmark_trafgen_result": benchmark_trafgen_result}

@@ -12,7 +12,8 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.ebpf.xdp.plugins.filter.benchmark import (
     GROUP_IP, GROUP_MAC, FilterModule, benchmark_control_records, benchmark_cost_records, benchmark_hosts,
     benchmark_left_behind, benchmark_matrix, benchmark_objects, benchmark_place_facts, benchmark_places,
-    benchmark_record, benchmark_schedule, benchmark_snapshot, benchmark_trafgen_result)
+    benchmark_record, benchmark_schedule, benchmark_scrape_plan, benchmark_scrape_records, benchmark_snapshot,
+    benchmark_trafgen_result)
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "benchmark"
 OBJECTS, PIN_ROOT = "/var/lib/ebpf_xdp/benchmark", "/sys/fs/bpf/ebpf_xdp"
@@ -549,6 +550,43 @@ def test_control_records_time_each_step_against_the_first():
 def test_control_records_need_one_reading_more_than_steps(readings):
     with pytest.raises(AnsibleFilterError, match="4 steps need 5 clock readings, not %d" % readings):
         benchmark_control_records(["a", "b", "c", "d"], list(range(readings)), 1)
+
+
+# benchmark_scrape_plan, benchmark_scrape_records
+
+
+def test_scrape_plan_attaches_more_ends_at_each_step():
+    plan = benchmark_scrape_plan([1, 4, 5], "bm", OBJECTS)
+    assert plan["pairs"] == 3
+    assert [[e["interface"] for e in step["xdp"]] for step in plan["steps"]] == [
+        ["b0"], ["b0", "b1", "b2", "a0"], ["b0", "b1", "b2", "a0", "a1"]]
+    assert [step["programs"] for step in plan["steps"]] == [1, 4, 5]
+    assert plan["steps"][0]["xdp"] == [dict(interface="b0", netns="bm", object=OBJECTS + "/xdp_drop_count.o",
+                                            program="xdp_drop_count", mode="native")]
+
+
+@pytest.mark.parametrize("programs", [[], [0, 5], [5, 1], [1, 1], ["1"], [True]])
+def test_scrape_plan_needs_increasing_numbers(programs):
+    with pytest.raises(AnsibleFilterError, match="must be increasing numbers of programs"):
+        benchmark_scrape_plan(programs, "bm", OBJECTS)
+
+
+SCRAPE = {"seconds": [0.02, 0.03], "collect_seconds": [0.015, 0.02], "programs": 100, "samples": 900,
+          "page_bytes": 120000, "rss_mib": 30.5, "hwm_mib": 31.0}
+
+
+def test_scrape_records_one_per_scrape_against_the_first_step():
+    records = benchmark_scrape_records(SCRAPE, 100, 1)
+    assert [(r["case"], r["round"], r["value"]) for r in records] == [
+        ("metrics scrape, 100 programs", 1, 0.02), ("metrics scrape, 100 programs", 2, 0.03)]
+    assert {(r["family"], r["baseline"], r["metric"], r["higher_is_better"], r["notes"]) for r in records} == {
+        ("control", "metrics scrape, 1 program", "seconds", False,
+         "collect 20.0 ms (median), exporter: 900 samples, 117 KiB page, VmHWM 31.0 MiB")}
+
+
+def test_scrape_records_need_the_page_to_show_every_program():
+    with pytest.raises(AnsibleFilterError, match="the exporter shows 99 programs, 100 are attached"):
+        benchmark_scrape_records(dict(SCRAPE, programs=99), 100, 1)
 
 
 # benchmark_trafgen_result

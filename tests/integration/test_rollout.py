@@ -10,6 +10,7 @@ starts from (no program, or release 1 everywhere), so none depends on another
 having run, or on their order.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -141,13 +142,31 @@ def test_healthy_rollout_reaches_every_host_then_changes_nothing(bare):
         assert sorted(summary(out)["unchanged"]) == hosts
 
 
+def rx_packets(host):
+    """Frames the receiver's eth0 has received (a veth counts those its XDP program drops too)."""
+    link = json.loads(subprocess.run(["ip", "-n", host, "-j", "-s", "link", "show", "eth0"], capture_output=True,
+                                     text=True, check=True).stdout)[0]
+    return link["stats64"]["rx"]["packets"]
+
+
+@contextlib.contextmanager
+def traffic_paused(inventory):
+    subprocess.run(["python3", FLEET, "traffic", inventory, "stop"], check=True)
+    try:
+        time.sleep(0.5)  # frames in flight
+        yield
+    finally:
+        subprocess.run(["python3", FLEET, "traffic", inventory, "start"], check=True)
+
+
 def test_fault_on_the_canary_rolls_back_the_canary_only(at_release_1):
     inventory, hosts = at_release_1
     # Check mode with the fault: the plan, nothing changed, no gate, no rollback.
     rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": 2, "fleet_fault_hosts": hosts[:1]},
                                check=True)
     assert rc == 0 and set(summary(out)["would_change"]) == set(hosts)
-    before = xdp_of(inventory, hosts[:1])[hosts[0]]
+    with traffic_paused(inventory):
+        before, rx_before = xdp_of(inventory, hosts[:1])[hosts[0]], rx_packets(hosts[0])
     rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": 2, "fleet_fault_hosts": hosts[:1]})
     result = summary(out)
     assert rc != 0
@@ -156,11 +175,16 @@ def test_fault_on_the_canary_rolls_back_the_canary_only(at_release_1):
     assert "share of dropped frames" in " ".join(result["problems"][hosts[0]])
     assert changed(out)[hosts[0]] > 0 and all(changed(out)[h] == 0 for h in hosts[1:])
     assert releases(inventory, hosts) == dict.fromkeys(hosts, 1)
-    # The rolled-back canary: the same maps, its counters went on from where they were.
-    after = xdp_of(inventory, hosts[:1])[hosts[0]]
-    assert after["constants"]["xdp_action"] == 2
-    assert sum(after["counters"]["verdict_count"].values()) > sum(before["counters"]["verdict_count"].values())
-    assert after["counters"]["verdict_count"].get("1", 0) > 0, "the drops of the faulty release were counted"
+    # The rolled-back canary: the same maps, whose counters went on from where they were: every frame that
+    # reached eth0 in between was counted once, by release 1, the faulty release 2 (its drops) or release 1 again.
+    with traffic_paused(inventory):
+        after, rx_after = xdp_of(inventory, hosts[:1])[hosts[0]], rx_packets(hosts[0])
+    assert after["constants"]["xdp_action"] == 2 and after["id"] != before["id"]
+    assert sorted(m["id"] for m in after["maps"]) == sorted(m["id"] for m in before["maps"]), (before, after)
+    counted = {key: after["counters"]["verdict_count"].get(key, 0) - before["counters"]["verdict_count"].get(key, 0)
+               for key in after["counters"]["verdict_count"]}
+    assert sum(counted.values()) == rx_after - rx_before > 0, (counted, rx_before, rx_after)
+    assert counted.get("1", 0) > 0, "the drops of the faulty release were counted"
 
 
 def test_fault_on_a_later_batch_rolls_back_that_batch(at_release_1):
@@ -209,9 +233,7 @@ def test_rollback_entry_point_rhythm(fleet, tmp_path):
         assert rc == 0 and summary(out)["updated"] == [host]
     play = tmp_path / "rollback.yml"
     play.write_text(ROLLBACK)
-    subprocess.run(["python3", FLEET, "traffic", inventory, "stop"], check=True)
-    try:
-        time.sleep(0.5)  # frames in flight
+    with traffic_paused(inventory):
         before = xdp_of(inventory, [host])[host]
         steps = []
         for check in (True, False, True, False):
@@ -219,8 +241,6 @@ def test_rollback_entry_point_rhythm(fleet, tmp_path):
             assert rc == 0, out["stats"]
             steps.append((changed(out)[host], releases(inventory, [host])[host]))
         after = xdp_of(inventory, [host])[host]
-    finally:
-        subprocess.run(["python3", FLEET, "traffic", inventory, "start"], check=True)
     assert steps[0][0] > 0 and steps[0][1] == 6, "check mode put the revision back"
     assert steps[1][0] > 0 and steps[1][1] == 5
     assert steps[2:] == [(0, 5), (0, 5)]

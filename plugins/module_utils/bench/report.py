@@ -23,10 +23,9 @@ import json
 import math
 import os
 import statistics
-import tempfile
 from dataclasses import dataclass
 
-from ansible_collections.ebpf.xdp.plugins.module_utils.host import cpus as _cpus
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import cpus as _cpus, files as _files
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 # The families in the order the report shows them (issue 20's matrix).
@@ -417,19 +416,6 @@ def destination(dest: str) -> str:
     return dest
 
 
-def _write_atomically(path: str, data: bytes) -> None:
-    """A reader never finds half a file, and a failed write leaves the old one."""
-    fd, tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(path), suffix=".tmp", dir=os.path.dirname(path))
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def write(params: dict, check_mode: bool, plot) -> dict:
     """benchmark_report's work: the report's files written into dest (check mode: named, not written)."""
     report = Report(params["results"], params["title"], params["machine"], params["published"])
@@ -439,7 +425,7 @@ def write(params: dict, check_mode: bool, plot) -> dict:
         if not os.path.isdir(dest):
             os.mkdir(dest, 0o755)
         for path in paths:
-            _write_atomically(path, report.content(os.path.basename(path), plot))
+            _files.write_atomically(path, report.content(os.path.basename(path), plot))
     # Every run writes the files anew, as a command would: always a change.
     return dict(changed=True, dest=dest, files=paths, summary=report.summary,
                 failed_cases=failed_cases(report.summary))

@@ -24,6 +24,7 @@ import tempfile
 import time
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import files as _files
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 DEFAULT_CACHE_DIR = "/var/cache/ebpf_xdp/objects"
@@ -213,39 +214,24 @@ class Sources:
         for name in names:
             path = os.path.join(self.directory, name)
             self.replaced.setdefault(path, self._read(path))
-            _write_atomically(path, self.files[name].encode())
+            _files.write_atomically(path, self.files[name].encode())
 
     def put_back(self) -> None:
         for path, old in self.replaced.items():
             if old is None:
                 os.unlink(path)
             else:
-                _write_atomically(path, old)
+                _files.write_atomically(path, old)
         self.replaced = {}
 
     def close(self) -> None:
         self.replaced = {}
 
 
-def _write_atomically(path: str, data: bytes) -> None:
-    directory = os.path.dirname(path)
-    os.makedirs(directory, 0o755, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".ebpf_xdp-", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.chmod(tmp, 0o644)
-        os.rename(tmp, path)
-    except Exception:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def install(src: str, dest: str) -> None:
     """Copy src to dest atomically (write a temporary file, then rename), creating dest's directory if needed."""
     with open(src, "rb") as inp:
-        _write_atomically(os.path.abspath(dest), inp.read())
+        _files.write_atomically(os.path.abspath(dest), inp.read())
 
 
 # Documented in plugins/modules/bpf_object.py; ebpf.xdp.datapath's objects take the same options.

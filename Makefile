@@ -46,7 +46,8 @@ integration: integration-shared integration-quiet
 # The integration tests that can share the machine with other work, and those
 # marked quiet (they measure rates or timing), with the toolchain target.
 integration-shared:
-	$(PYTEST) -q -rs --durations=25 --vm=without -m "not quiet" -n 2 --dist loadfile tests/integration
+	$(PYTEST) -q -rs --durations=25 --vm=without -m "not quiet" -n 2 --dist loadfile \
+		--junitxml=.build/test-logs/integration-shared.xml tests/integration
 
 integration-quiet:
 	$(PYTEST) -q -rs --durations=10 --vm=without -m quiet tests/integration

@@ -110,7 +110,8 @@ def pytest_collection_modifyitems(session, config, items):  # pylint: disable=un
 
     make integration-shared runs the tests on two workers (pytest-xdist, --dist loadfile): a file's tests run on
     one worker, in order, with its module fixtures set up once; tests that share fixed host state (the lab's
-    namespaces) are in one file."""
+    namespaces) are in one file. xdist hands out the files in this order, so the files that take minutes go
+    first (LONGEST_FIRST): started last, one of them would leave the other worker idle at the end."""
     def keep(item):
         on_vm = "vm" in getattr(item, "fixturenames", ())
         if config.getoption("kernel_dependent") and not any(item.iter_markers("kernel")) and not any(
@@ -122,7 +123,18 @@ def pytest_collection_modifyitems(session, config, items):  # pylint: disable=un
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = [item for item in items if keep(item)]
-    items.sort(key=lambda item: "vm" in getattr(item, "fixturenames", ()))
+    items.sort(key=lambda item: ("vm" in getattr(item, "fixturenames", ()), _file_rank(item)))
+
+
+# The files whose tests take minutes in all (Ansible runs, the lab, a fleet), longest first: measured with
+# --junitxml in make integration-shared (.build/test-logs/integration-shared.xml).
+LONGEST_FIRST = ("test_xdp_metrics.py", "test_rollout.py", "test_lab.py", "test_bcc_backend.py",
+                 "test_traffic_roles.py")
+
+
+def _file_rank(item):
+    name = os.path.basename(str(item.path))
+    return LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
 
 
 @pytest.fixture(scope="session")

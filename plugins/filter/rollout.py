@@ -142,7 +142,7 @@ def rollout_health(facts, rules, before=None, expected=None):
     return problems
 
 
-IDENTITY = ("interface", "netns", "direction", "method", "priority", "handle")
+IDENTITY = ("interface", "netns", "direction", "name", "method", "priority", "handle")
 
 
 def _results(registered):
@@ -197,8 +197,9 @@ def replay_findings(results, max_changed=0, allowed=None):
     findings = []
     for result in results or []:
         item = result.get("item", {})
-        where = "%s %s%s" % (item.get("interface"), item.get("hook"),
-                             " " + item["direction"] if item.get("hook") == "tc" and item.get("direction") else "")
+        where = "%s %s%s%s" % (item.get("interface"), item.get("hook"),
+                               " " + item["direction"] if item.get("hook") == "tc" and item.get("direction") else "",
+                               " " + item["name"] if item.get("name") else "")
         finding = {"hook": item.get("hook"), "interface": item.get("interface"), "netns": item.get("netns"),
                    "compared": bool(result.get("compared")), "frames": result.get("frames", 0), "problem": ""}
         if result.get("failed"):

@@ -313,6 +313,14 @@ def _absent(section: str, params: dict, pin_root: str) -> dict:
 # ---------------------------------------------------------------- converging
 
 
+ORDER_OPTIONS = ("before", "after")
+
+
+def _tc_attachment(params: dict, name: str) -> tuple:
+    """A named tc attachment's identity within one run: namespace, interface, direction, name."""
+    return (params.get("netns") or None, params["interface"], params.get("direction") or "ingress", name)
+
+
 class Run:
     """One datapath task: its steps converged in order, each change journalled for the put-back."""
 
@@ -328,6 +336,9 @@ class Run:
         self.results: dict[str, list[dict]] = {section: [] for section in SECTIONS}
         # (section, what puts it back: the params to converge, or a hook held as it was, what in words)
         self.journal: list[tuple[str, dict | _converge.Held | _compile.Sources, str]] = []
+        # Check mode: the named tc attachments an earlier entry would put in place, which a later entry's
+        # before/after may name although the kernel does not hold them yet.
+        self.predicted_tc: set[tuple] = set()
 
     def converge(self, section: str, params: dict) -> dict:
         if section == "objects":
@@ -361,7 +372,11 @@ class Run:
             section, keys_of(section, params)[0])
         held = None if self.check_mode else self._hold(section, params, gathered)
         try:
-            result = self.converge(section, params)
+            result = self._predict_placed(params) if self._anchor_predicted(section, params) else \
+                self.converge(section, params)
+            if self.check_mode and section == "tc" and result.get("changed") and params.get("name") \
+                    and params.get("state", "present") == "present":
+                self.predicted_tc.add(_tc_attachment(params, params["name"]))
             if result.get("changed"):
                 self.changes.append({"entry": label, "section": section, "state": params.get("state", "present"),
                                      "diff": result.get("diff")})
@@ -383,6 +398,18 @@ class Run:
                 held.close()
         if index is not None:
             self.results[section].append(dict(result, item={k: v for k, v in params.items() if k != "pin_root"}))
+
+    def _anchor_predicted(self, section: str, params: dict) -> bool:
+        """Check mode: whether the entry's before/after names an attachment an earlier entry would attach."""
+        return self.check_mode and section == "tc" and any(
+            isinstance(params.get(option), str) and _tc_attachment(params, params[option]) in self.predicted_tc
+            for option in ORDER_OPTIONS)
+
+    def _predict_placed(self, params: dict) -> dict:
+        """Check mode, for an entry placed next to an attachment this run would make first: the entry checked
+        without its place (program, object, verifier), reported as a change (it attaches, or moves, there)."""
+        result = self.converge("tc", dict(params, **dict.fromkeys(ORDER_OPTIONS)))
+        return dict(result, changed=True)
 
     def _hold(self, section: str, params: dict, gathered: dict) -> _converge.Held | None:
         """For a hook of ours that this step may change: what puts it back as it is (its program, same id)."""

@@ -126,7 +126,8 @@ attributes:
     details:
       - Each entry is checked as its module checks it in check mode (programs are loaded, not attached, to
         compare tags and to surface verifier errors). An entry whose object an earlier entry of the same run
-        would compile is reported as a change.
+        would compile is reported as a change, and so is a tc entry placed (O(ebpf.xdp.tc_program#module:before),
+        O(ebpf.xdp.tc_program#module:after)) next to a named attachment an earlier entry would make.
   diff_mode:
     support: full
   idempotent:

@@ -48,6 +48,11 @@ options:
     type: str
     choices: [ingress, egress]
     default: ingress
+  name:
+    description:
+      - For O(hook=tc), the attachment's name (O(ebpf.xdp.tc_program#module:name)) when the hook holds several
+        programs of this collection; without it, the hook's unnamed attachment.
+    type: str
   pcap:
     description:
       - A classic pcap file on the managed host, link type Ethernet (pcapng is refused; convert it with
@@ -184,6 +189,7 @@ from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import replay as _r
 ARGUMENT_SPEC = dict(
     hook=dict(type="str", choices=["xdp", "tc"], default="xdp"),
     direction=dict(type="str", choices=["ingress", "egress"], default="ingress"),
+    name=dict(type="str"),
     pcap=dict(type="path", required=True),
     object=dict(type="path", required=True),
     program=dict(type="str"),

@@ -282,6 +282,18 @@ def test_tc_replay_names_the_tc_verdicts(run_distro, pair, tc_obj, tmp_path):
     res = run_distro("replay", dict(hook="tc", interface="eth0", netns=pair.rx, pcap=pcap, object=tc_obj,
                                     program="tc_drop_count"))
     assert res["changed_verdicts"] == 0 and res["verdicts"]["old"] == {"TC_ACT_SHOT": len(MIX)}, res
+    # A named attachment beside it, passing: replay compares with the one its name says.
+    res = run_distro("tc_program", dict(interface="eth0", netns=pair.rx, object=tc_obj, program="tc_drop_count",
+                                        name="counter", constants={"tc_action": 0}))
+    assert res["changed"] and not res.get("failed"), res
+    res = run_distro("replay", dict(hook="tc", interface="eth0", netns=pair.rx, name="counter", pcap=pcap,
+                                    object=tc_obj, program="tc_drop_count"))
+    assert res["transitions"]["TC_ACT_OK -> TC_ACT_SHOT"]["frames"] == len(MIX), res
+    res = run_distro("replay", dict(hook="tc", interface="eth0", netns=pair.rx, name="nobody", pcap=pcap,
+                                    object=tc_obj, program="tc_drop_count"))
+    assert res.get("failed") and "no program" in res["msg"], res
+    res = run_distro("replay", dict(interface="eth0", netns=pair.rx, name="counter", pcap=pcap, object=tc_obj))
+    assert res.get("failed") and "name is for a named tc attachment" in res["msg"], res
 
 
 @pytest.fixture(scope="module")

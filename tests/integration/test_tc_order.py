@@ -20,7 +20,8 @@ import subprocess
 import pytest
 
 import pin_snapshot
-from conftest import ROOT, SYSTEM_PYTHON, assert_rhythm, module_result, sh
+from conftest import (ROOT, SYSTEM_PYTHON, ansible_playbook, assert_rhythm, changed_by_host, module_result, sh,
+                      task_results)
 from kernel_features import needs
 from test_tc_program import filters, has_clsact, send_paced
 from test_xdp_program import compile_c, pins
@@ -444,3 +445,55 @@ def test_the_unnamed_attachment_has_a_null_name(run_distro, pair, tc_obj):
     facts = run_distro("xdp_facts", dict(netns=pair.rx, interfaces=["eth0"]))["ansible_facts"]["xdp"]
     [entry] = facts["interfaces"]["eth0"]["tc"]["ingress"]
     assert entry["attachment"] is None and entry["owner"] == "ebpf.xdp", entry
+
+
+def deploy_named(pair, pin_root, tmp_path, check=False, tc_programs=None):
+    """The xdp_deploy role on this machine: tc_drop_count twice on rx's eth0 ingress, `first`, then `second`
+    after it; both hand each frame on (TCX_NEXT). Its output (the json callback)."""
+    entry = dict(interface="eth0", netns=pair.rx, object="tc_redirect", program="tc_drop_count", method="tcx",
+                 constants={"tc_action": TCX_NEXT})
+    play = [{"hosts": "localhost", "gather_facts": False, "roles": [{"role": "ebpf.xdp.xdp_deploy"}], "vars": {
+        "xdp_deploy_src_dir": str(tmp_path / "src"), "xdp_deploy_object_dir": str(tmp_path / "objects"),
+        "xdp_deploy_pin_root": pin_root, "xdp_deploy_programs": [],
+        "xdp_deploy_objects": [{"name": "tc_redirect", "src": "tc_redirect.bpf.c"}],
+        "xdp_deploy_tc_programs": tc_programs if tc_programs is not None else [
+            dict(entry, name="first"), dict(entry, name="second", after="first")]}}]
+    path = tmp_path / "deploy.yml"
+    path.write_text(json.dumps(play))
+    return ansible_playbook("-c", "local", "-i", "localhost,", "-e", "ansible_python_interpreter=%s" % SYSTEM_PYTHON,
+                            str(path), check=check)
+
+
+@pytest.mark.kernel("tcx")
+def test_xdp_deploy_converges_named_programs_in_order(run_distro, pair, pin_root, tmp_path):
+    """The role's tc entries with name and after: the four-step rhythm, the kernel's order, both counting every
+    frame, what the role records for a rollout (each attachment by name), and its rollback putting back one."""
+    changed = [changed_by_host(deploy_named(pair, pin_root, tmp_path, check=check))["localhost"]
+               for check in (True, False, True, False)]
+    assert changed[0] > 0 and changed[1] > 0 and changed[2:] == [0, 0], changed
+    order = kernel_order(pair)
+    pair.burst(run_distro, count=30, protocols=["udp"])
+    assert chain(run_distro, pair) == [("first", order[0], 30), ("second", order[1], 30)]
+
+    # A new release of `second` only: the role records that attachment, by name, with its previous revision.
+    entry = dict(interface="eth0", netns=pair.rx, object="tc_redirect", program="tc_drop_count", method="tcx")
+    release = [dict(entry, name="first", constants={"tc_action": TCX_NEXT}),
+               dict(entry, name="second", after="first", constants={"tc_action": TCX_NEXT, "after_clone": 1})]
+    out = deploy_named(pair, pin_root, tmp_path, tc_programs=release)
+    recorded = task_results(out, "Record what this run changed")["localhost"]["ansible_facts"]
+    assert [(c["name"], c["previous"]) for c in recorded["xdp_deploy_changed"]] == [("second", True)], recorded
+    assert [a["name"] for a in recorded["xdp_deploy_attached"]] == ["tc_drop_count"] * 2, recorded
+    upgraded = kernel_order(pair)
+    assert upgraded[0] == order[0] and upgraded[1] != order[1], (order, upgraded)
+    # The role's rollback entry point for what that run changed: `second` back on its previous revision, in place.
+    rollback = tmp_path / "rollback.yml"
+    rollback.write_text(json.dumps([{"hosts": "localhost", "gather_facts": False, "tasks": [{
+        "name": "Roll back", "ansible.builtin.include_role": {"name": "ebpf.xdp.xdp_deploy", "tasks_from": "rollback"},
+        "vars": {"xdp_deploy_rollback": recorded["xdp_deploy_changed"], "xdp_deploy_pin_root": pin_root}}]}]))
+    out = ansible_playbook("-c", "local", "-i", "localhost,", "-e", "ansible_python_interpreter=%s" % SYSTEM_PYTHON,
+                           str(rollback))
+    assert changed_by_host(out)["localhost"] == 1
+    back = kernel_order(pair)
+    assert back[0] == order[0] and back[1] not in (order[1], upgraded[1]), (order, upgraded, back)
+    pair.burst(run_distro, count=10, protocols=["udp"])
+    assert chain(run_distro, pair) == [("first", back[0], 40), ("second", back[1], 40)], "the maps were kept"

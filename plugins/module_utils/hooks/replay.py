@@ -380,6 +380,10 @@ def run(params: dict) -> dict:
     if not frames:
         raise ReplayError("%s holds no frames: nothing to replay" % params["pcap"])
     kind, direction = params["hook"], params["direction"] if params["hook"] == "tc" else None
+    if params.get("name"):
+        if kind != "tc":
+            raise ReplayError("name is for a named tc attachment; the xdp hook holds one program of this collection")
+        _pins.check_attachment_name(params["name"])
     prog_type = "xdp" if kind == "xdp" else "sched_cls"
     _loader.require_object(params["object"])
     with _netns.netns(params["netns"]):

@@ -447,6 +447,18 @@ def test_the_unnamed_attachment_has_a_null_name(run_distro, pair, tc_obj):
     assert entry["attachment"] is None and entry["owner"] == "ebpf.xdp", entry
 
 
+def exporter_once(pin_root, netns):
+    """One exposition of the xdp_metrics role's exporter (run from the checkout) for the namespace."""
+    config = {"service": "tc-order", "pin_root": pin_root, "netns": [netns], "port": 9, "pid_file": "/dev/null"}
+    proc = subprocess.run([SYSTEM_PYTHON, "-s", os.path.join(ROOT, "roles", "xdp_metrics", "files",
+                                                             "ebpf_xdp_exporter.py"),
+                           "--config", "/dev/null", "--config-json", json.dumps(config), "--once"],
+                          capture_output=True, text=True, check=False,
+                          env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".build", "collections")))
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
 def deploy_named(pair, pin_root, tmp_path, check=False, tc_programs=None):
     """The xdp_deploy role on this machine: tc_drop_count twice on rx's eth0 ingress, `first`, then `second`
     after it; both hand each frame on (TCX_NEXT). Its output (the json callback)."""
@@ -474,6 +486,11 @@ def test_xdp_deploy_converges_named_programs_in_order(run_distro, pair, pin_root
     order = kernel_order(pair)
     pair.burst(run_distro, count=30, protocols=["udp"])
     assert chain(run_distro, pair) == [("first", order[0], 30), ("second", order[1], 30)]
+    # The metrics exporter keeps the two programs' series apart by their attachment names.
+    page = exporter_once(pin_root, pair.rx)
+    for name in ("first", "second"):
+        assert ('ebpf_xdp_packets_total{attachment="%s",hook="tc_ingress",interface="eth0",map="proto_count",'
+                'netns="%s",program="tc_drop_count",proto="udp"} 30.0' % (name, pair.rx)) in page, page
 
     # A new release of `second` only: the role records that attachment, by name, with its previous revision.
     entry = dict(interface="eth0", netns=pair.rx, object="tc_redirect", program="tc_drop_count", method="tcx")

@@ -68,7 +68,9 @@ PROTOCOL_MAP = "proto_count"
 # The multicast programs' per-group counters (_devmap.MAPS), shared by every port of a map set: exported once
 # per group as ebpf_xdp_group_*, not once per port as generic counters.
 GROUP_MAPS = ("mcast_frames", "mcast_copies")
-HOOK_LABELS = ("netns", "interface", "hook", "program")
+# attachment: the name of one of several programs of the collection on one hook (tc_program's name), so that
+# their series stay apart; empty for the unnamed one and for programs of other tools.
+HOOK_LABELS = ("netns", "interface", "hook", "program", "attachment")
 GROUP_LABELS = ("netns", "map_set", "group", "group_id")
 # Seconds between looks at our own namespace while no request comes.
 WATCH_INTERVAL = 5.0
@@ -212,7 +214,8 @@ def add_namespace(samples: Samples, key: str, facts: dict, max_keys: int) -> Non
             samples.add(metric, (key, ifname), entry.get("stats", {}).get(stat, 0), replace=True)
         for hook, prog in _programs(entry):
             program = prog.get("program") or prog.get("name") or "id-%s" % prog.get("id")
-            where = (key, ifname, hook, program)
+            attachment = (prog.get("attachment") or "") if prog.get("owner") == "ebpf.xdp" else ""
+            where = (key, ifname, hook, program, attachment)
             mode = prog.get("mode") or prog.get("method") or ""
             identity = (mode, prog.get("id"), prog.get("tag") or "", prog.get("owner") or "unmanaged")
             samples.add("ebpf_xdp_program", where + identity, 1, replace=True)

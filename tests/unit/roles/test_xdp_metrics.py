@@ -57,25 +57,38 @@ def _samples(facts=None, config=None, errors=0):
 
 def test_program_info_has_every_program_with_its_identity():
     info = _samples()["ebpf_xdp_program"]
-    assert info[("rx", "eth0", "xdp", "xdp_drop_count", "native", "42", "8a80a4514121157e", "ebpf.xdp")] == 1
-    assert ("rx", "eth0", "tc_ingress", "redirect_xmit", "tcx", "51", "aa", "ebpf.xdp") in info
-    assert ("rx", "eth0", "tc_egress", "foreign", "cls_bpf", "60", "bb", "unmanaged") in info
+    assert info[("rx", "eth0", "xdp", "xdp_drop_count", "", "native", "42", "8a80a4514121157e", "ebpf.xdp")] == 1
+    assert ("rx", "eth0", "tc_ingress", "redirect_xmit", "", "tcx", "51", "aa", "ebpf.xdp") in info
+    assert ("rx", "eth0", "tc_egress", "foreign", "", "cls_bpf", "60", "bb", "unmanaged") in info
     assert len(info) == 5
 
 
 def test_protocol_counters_are_packets_by_protocol_name():
     packets = _samples()["ebpf_xdp_packets"]
-    assert packets == {("rx", "eth0", "xdp", "xdp_drop_count", "proto_count", "tcp"): 100,
-                       ("rx", "eth0", "xdp", "xdp_drop_count", "proto_count", "udp"): 200}
+    assert packets == {("rx", "eth0", "xdp", "xdp_drop_count", "", "proto_count", "tcp"): 100,
+                       ("rx", "eth0", "xdp", "xdp_drop_count", "", "proto_count", "udp"): 200}
 
 
 def test_other_maps_are_generic_counters_and_same_named_programs_add_up():
     values = _samples()
     counters = values["ebpf_xdp_map_counter"]
-    assert counters[("rx", "eth0", "tc_ingress", "redirect_xmit", "redirect_count", "0")] == 20
+    assert counters[("rx", "eth0", "tc_ingress", "redirect_xmit", "", "redirect_count", "0")] == 20
     # Two foreign programs with one name on one hook: one series, their sum (never a duplicate series).
-    assert counters[("rx", "eth0", "tc_egress", "foreign", "hits", "3")] == 12
-    assert values["ebpf_xdp_map_counter_keys"][("rx", "eth0", "tc_ingress", "redirect_xmit", "redirect_count")] == 2
+    assert counters[("rx", "eth0", "tc_egress", "foreign", "", "hits", "3")] == 12
+    assert values["ebpf_xdp_map_counter_keys"][("rx", "eth0", "tc_ingress", "redirect_xmit", "", "redirect_count")] == 2
+
+
+def test_named_attachments_of_one_program_on_one_hook_stay_apart():
+    facts = json.loads(json.dumps(FACTS))
+    named = [dict(facts["interfaces"]["eth0"]["tc"]["ingress"][0], id=70 + i, attachment=name,
+                  counters={"redirect_count": {"0": 5 * (i + 1)}}) for i, name in enumerate(("first", "second"))]
+    facts["interfaces"]["eth0"]["tc"]["ingress"] += named
+    values = _samples(facts)
+    counters = values["ebpf_xdp_map_counter"]
+    assert [counters[("rx", "eth0", "tc_ingress", "redirect_xmit", name, "redirect_count", "0")]
+            for name in ("", "first", "second")] == [20, 5, 10]
+    assert ("rx", "eth0", "tc_ingress", "redirect_xmit", "second", "tcx", "71", "aa", "ebpf.xdp") in \
+        values["ebpf_xdp_program"]
 
 
 def test_keys_per_map_are_capped_but_counted():
@@ -84,7 +97,7 @@ def test_keys_per_map_are_capped_but_counted():
     values = _samples(facts, {"max_keys_per_map": 10})
     keys = [labels[-1] for labels in values["ebpf_xdp_map_counter"] if labels[3] == "redirect_xmit"]
     assert keys == [str(k) for k in range(10)]
-    assert values["ebpf_xdp_map_counter_keys"][("rx", "eth0", "tc_ingress", "redirect_xmit", "redirect_count")] == 100
+    assert values["ebpf_xdp_map_counter_keys"][("rx", "eth0", "tc_ingress", "redirect_xmit", "", "redirect_count")] == 100
 
 
 def test_interface_statistics_and_groups():
@@ -95,7 +108,7 @@ def test_interface_statistics_and_groups():
     assert values["ebpf_xdp_group_copies"][("rx", "multicast", "video", "1")] == 20
     assert values["ebpf_xdp_group_members"][("rx", "multicast", "video", "1")] == 2
     # The group counter maps, shared by every port of the set, are not repeated per port as generic counters.
-    assert not [labels for labels in values["ebpf_xdp_map_counter"] if labels[4].startswith("mcast_")]
+    assert not [labels for labels in values["ebpf_xdp_map_counter"] if labels[5].startswith("mcast_")]
 
 
 def test_a_namespace_that_failed_is_down_and_has_no_series():

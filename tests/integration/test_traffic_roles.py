@@ -9,9 +9,14 @@ with unique names, three veth pairs) and removes it with lab_down.yml:
     S eth2 ------ eth2 R   no XDP program on R: frames of engine xdp could not go there
 
 The receiving side is witnessed apart from the roles: the xdp_drop_count
-map on R/eth0 is read directly (test_xdp_trafficgen_engine.rx_counts). This
-kernel has no pktgen: the pktgen engine is tested in the VM (test_vm.py);
-on a kernel without pktgen, asking for it is a clear error.
+map on R/eth0 is read directly (test_xdp_trafficgen_engine.rx_counts). The
+runs here name the xdp_trafficgen engine. The sender role's pktgen engine
+runs where the kernel has pktgen: on the lab's VM host (Debian 12's 6.1,
+pktgen as a module), through this playbook over SSH
+(test_vm.py::test_traffic_playbook_sends_with_pktgen_on_the_vm); the pktgen
+module alone is tested by test_pktgen_kernel.py. On a kernel without pktgen
+(this machine's), asking the role for it is a clear error
+(test_sender_role_bad_input).
 """
 
 import os
@@ -89,7 +94,7 @@ def traffic_results(out):
 ], ids=["xdp_trafficgen-xdp", "xdp_trafficgen-socket"])
 def test_generator_counts_equal_receiver_counts(lab, engine, extra):
     before = rx_counts(lab.receiver) if lab.xdp_line("eth0") else {}
-    # Named, not auto: auto picks pktgen on a kernel that has it (the VM's, tested in test_pktgen_kernel).
+    # Named, not auto: auto picks pktgen on a kernel that has it (the VM's, tested in test_vm.py).
     out = lab.playbook(playbook_path("traffic.yml"), dict(extra, pktgen_sender_engine="xdp_trafficgen",
                                                           pktgen_sender_trafficgen_engine=engine))
     count = extra["pktgen_sender_count"]

@@ -4,7 +4,8 @@ What this machine cannot show: the collection on a real remote host (modules
 shipped over SSH and run by the host's own Python, objects compiled on the
 controller). What the 6.1 kernel itself does (no tcx, act_bpf, pktgen, the
 older verifier) is tested by the kernel-dependent tests, which make test-vm
-runs inside the VM. The VM is booted once per test session
+runs inside the VM; what needs Ansible there is tested here, such as the
+traffic roles' pktgen engine through playbooks/traffic.yml. The VM is booted once per test session
 (conftest's vm fixture) unless it is up already (then it is left running). Each Ansible task costs seconds under
 emulation, so every test is one playbook with few tasks; the veth pairs and
 all traffic stay inside the VM.
@@ -18,7 +19,7 @@ import uuid
 
 import yaml
 
-from conftest import BPF_DIR, ROOT
+from conftest import BPF_DIR, ROOT, ansible_playbook, task_results
 
 ENV = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
            ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
@@ -147,3 +148,73 @@ def test_xdp_program_and_facts_over_ssh(vm, tmp_path):
     prog = results["Read the facts"]["ansible_facts"]["xdp"]["interfaces"]["eth0"]["xdp"]
     assert prog["id"] == attached["id"] and prog["owner"] == "ebpf.xdp" and prog["mode"] == "native", prog
     assert prog["protocols"] == {"udp": 10, "tcp": 10}, prog
+
+
+def role_task_result(out, role, name, host="vm"):
+    """host's result of the task called name in role (shown as "ROLE : name", the role possibly by its FQCN) in
+    ansible_playbook()'s output; a play's task of the same name (traffic.yml's include_role) does not count."""
+    for play in out["plays"]:
+        for task in play["tasks"]:
+            shown_role, sep, shown_name = task["task"]["name"].partition(" : ")
+            if sep and shown_name == name and shown_role.split(".")[-1] == role and host in task["hosts"]:
+                return task["hosts"][host]
+    raise KeyError("%s : %s" % (role, name))
+
+
+PKTGEN_LOADED = "test -d /proc/net/pktgen && echo loaded || echo absent"
+
+
+def test_traffic_playbook_sends_with_pktgen_on_the_vm(vm):
+    """playbooks/traffic.yml on the VM as its header and the README give it (-e traffic_senders=vms
+    -e traffic_receivers=vms; the namespaces tgsend and tgrecv of group_vars/vms.yml, built by the lab role),
+    with the pktgen_sender role's pktgen engine named: pktgen out of tgsend/eth0, xdp_drop_count counting on
+    tgrecv/eth0 (pktgen_receiver, native mode: pktgen's shared packets must not meet generic XDP on 6.1).
+
+    The receiver role's count, read apart from the sender role's report, must equal what the sender role says
+    pktgen sent, with no error; pktgen's devices are gone afterwards. The pktgen module loads pktgen when it is
+    not loaded and leaves it loaded (the role promises nothing more; the module reports module_loaded), so its
+    report is checked against the kernel's state before and after, and the test then unloads pktgen again if it
+    found it unloaded: the kernel-dependent tests that make test-vm runs in the VM afterwards find it as booted.
+    One playbook run and two reads (each task costs seconds under emulation)."""
+    before = adhoc("ansible.builtin.shell", PKTGEN_LOADED)
+    assert before.get("rc") == 0, before
+    loaded_before = before["stdout"] == "loaded"
+
+    # Paced: the receiver's veth queues at most 256 frames for its XDP program, and a frame it refuses is a
+    # pktgen error, not a frame sent (test_pktgen_kernel); 2000 frames/s leaves no error to explain.
+    count = 4000
+    try:
+        out = ansible_playbook(os.path.join(ROOT, "playbooks", "traffic.yml"), extra_vars=[{
+            "traffic_senders": "vms", "traffic_receivers": "vms", "pktgen_sender_engine": "pktgen",
+            "pktgen_sender_count": count, "pktgen_sender_ratep": 2000}])
+    finally:
+        # Read first, then put pktgen back as it was found (also after a failed run).
+        after = adhoc("ansible.builtin.shell", "set -e; %s; ip netns exec tgsend sh -c 'ls /proc/net/pktgen; "
+                      "cat /proc/net/pktgen/kpktgend_*'%s" % (PKTGEN_LOADED, "" if loaded_before else
+                                                              "; modprobe -r pktgen"))
+    assert after.get("rc") == 0, after
+    state, files = after["stdout_lines"][0], after["stdout"]
+
+    sender = task_results(out, "Keep the results as facts")["vm"]["ansible_facts"]["pktgen_sender_result"]
+    assert (sender["engine"], sender["method"], sender["interface"], sender["netns"]) == (
+        "pktgen", "start_xmit", "eth0", "tgsend"), sender
+    assert sender["sent"] == count and sender["errors"] == 0 and sender["protocols"] == {"udp": count}, sender
+    [thread] = sender["threads"]
+    assert (thread["device"], thread["sent"], thread["errors"]) == ("eth0@0", count, 0), thread
+    assert thread["result"].startswith("Result: OK: ") and sender["pps"] > 0, thread
+
+    receiver = task_results(out, "Keep what arrived as facts")["vm"]["ansible_facts"]["pktgen_receiver_result"]
+    # Every frame pktgen sent, and nothing else (IPv6 is off on the lab's interfaces): all UDP.
+    assert receiver["received"] == {"eth0": {"17": count}} and receiver["total"] == {"eth0": count}, receiver
+
+    # Set by the one sender for localhost (delegate_facts), as test_traffic_roles reads it.
+    [kept] = task_results(out, "Keep the results on localhost").values()
+    [row] = kept["ansible_facts"]["traffic_results"]
+    assert (row["sender"], row["receiver"], row["engine"]) == ("vm/eth0", "vm/eth0", "pktgen/start_xmit"), row
+    assert (row["sent"], row["received"], row["loss"]) == (count, count, 0), row
+
+    # pktgen's module: loaded by this run only if it was not loaded, and still loaded; its devices removed.
+    ran = role_task_result(out, "pktgen_sender", "Wait for the generator")
+    assert ran["finished"] and ran["module_loaded"] is (not loaded_before), (loaded_before, ran)
+    assert state == "loaded", after
+    assert "kpktgend_0" in files and "eth0@" not in files, files

@@ -428,9 +428,9 @@ def _new_filter(ipr, ifindex: int, direction: str, prio: int, handle: int, kind:
         hint = ""
         if exc.code == errno.EEXIST:
             hint = "a filter is there already; replace it instead"
-        elif exc.code == errno.EINVAL and "protocol" in reason:
+        elif exc.code == errno.EINVAL and "protocol" in reason.lower():
             hint = "the filters at prio %d are for another protocol; tc keeps one per priority" % prio
-        elif exc.code == errno.EINVAL and "kind" in reason:
+        elif exc.code == errno.EINVAL and "kind" in reason.lower():
             hint = "another kind of filter holds prio %d" % prio
         elif exc.code == errno.EINVAL and not reason:
             hint = "is it a %s program, from %s?" % (prog_type, {"sched_cls": 'SEC("tc")',

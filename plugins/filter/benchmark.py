@@ -136,7 +136,9 @@ def _drop_cases(params):
     # iptables (the nft backend, Debian's) makes the table ip raw for its rule, and removing the rule leaves it
     # (with hooks that every packet then crosses): it goes again where the benchmark made it.
     made_raw = IPTABLES_RAW_TABLE not in params.get("snapshot", {}).get(place_key(rx), [])
-    raw_gone = [_shell(rx, ["iptables-save -t raw | grep -q '^-A' || nft delete table ip raw"])] if made_raw else []
+    # One command (sh -c), so that a place's `ip netns exec` prefix covers the whole line, nft included.
+    raw_gone = [_shell(rx, ["sh -c \"iptables-save -t raw | grep -q '^-A' || nft delete table ip raw\""])] \
+        if made_raw else []
 
     return [
         case("XDP drop, xdp_drop_count, native", [_counter(params, port)]),

@@ -446,6 +446,16 @@ def benchmark_scrape_records(scrape, programs, baseline_programs):
             for rnd, seconds in enumerate(scrape["seconds"], 1)]
 
 
+def benchmark_machine(facts):
+    """What the report says of a machine, from ansible.builtin.setup's facts (subsets min and hardware)."""
+    processor = facts.get("ansible_processor") or []
+    return dict(name=facts.get("ansible_hostname"), kernel=facts.get("ansible_kernel"),
+                cpu=processor[2] if len(processor) > 2 else (processor[-1] if processor else None),
+                vcpus=facts.get("ansible_processor_vcpus"),
+                distribution=" ".join(str(facts[key]) for key in ("ansible_distribution",
+                                                                    "ansible_distribution_version") if facts.get(key)))
+
+
 def benchmark_trafgen_result(output):
     """Frames sent and seconds from what trafgen prints when SIGINT stops it (its total and its CPU's time)."""
     sent = re.search(r"(\d+) packets outgoing", output or "")
@@ -490,5 +500,5 @@ class FilterModule:
                 "benchmark_left_behind": benchmark_left_behind, "benchmark_snapshot": benchmark_snapshot,
                 "benchmark_cost_records": benchmark_cost_records,
                 "benchmark_control_records": benchmark_control_records,
-                "benchmark_scrape_plan": benchmark_scrape_plan, "benchmark_scrape_records": benchmark_scrape_records,
+                "benchmark_machine": benchmark_machine, "benchmark_scrape_plan": benchmark_scrape_plan, "benchmark_scrape_records": benchmark_scrape_records,
                 "benchmark_trafgen_result": benchmark_trafgen_result}

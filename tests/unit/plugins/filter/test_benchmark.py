@@ -11,6 +11,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.ebpf.xdp.plugins.filter.benchmark import (
     GROUP_IP, GROUP_MAC, FilterModule, benchmark_control_records, benchmark_cost_records, benchmark_hosts,
+    benchmark_machine,
     benchmark_left_behind, benchmark_matrix, benchmark_objects, benchmark_place_facts, benchmark_places,
     benchmark_record, benchmark_schedule, benchmark_scrape_plan, benchmark_scrape_records, benchmark_snapshot,
     benchmark_trafgen_result)
@@ -679,3 +680,15 @@ def test_the_iptables_case_removes_the_raw_table_only_where_the_benchmark_made_i
     # In a namespace of a host (the VM's): the whole line runs there, nft delete included (it once ran outside).
     inside = raw_teardown({"vm/receiver": ["link eth0"]}, drop=dict(receiver="vm", receiver_netns="receiver"))
     assert [entry["lines"] for entry in inside] == [["ip netns exec receiver " + RAW_GONE]]
+
+
+# benchmark_machine
+
+
+def test_machine_is_what_setup_read():
+    facts = {"ansible_hostname": "vm", "ansible_kernel": "6.1.0-50-amd64", "ansible_processor_vcpus": 2,
+             "ansible_processor": ["0", "AuthenticAMD", "AMD EPYC", "1", "AuthenticAMD", "AMD EPYC"],
+             "ansible_distribution": "Debian", "ansible_distribution_version": "12.11"}
+    assert benchmark_machine(facts) == dict(name="vm", kernel="6.1.0-50-amd64", cpu="AMD EPYC", vcpus=2,
+                                            distribution="Debian 12.11")
+    assert benchmark_machine({"ansible_processor": ["QEMU Virtual CPU"]})["cpu"] == "QEMU Virtual CPU"

@@ -46,11 +46,11 @@ integration: integration-shared integration-quiet
 # The integration tests that can share the machine with other work, and those
 # marked quiet (they measure rates or timing), with the toolchain target.
 integration-shared:
-	$(PYTEST) -q -rs --durations=25 --vm=without -m "not quiet" -n 2 --dist loadfile \
+	$(PYTEST) -q -rxs --durations=25 --vm=without -m "not quiet" -n 2 --dist loadfile \
 		--junitxml=.build/test-logs/integration-shared.xml tests/integration
 
 integration-quiet:
-	$(PYTEST) -q -rs --durations=10 --vm=without -m quiet tests/integration
+	$(PYTEST) -q -rxs --durations=10 --vm=without -m quiet tests/integration
 	@bash tests/integration/targets/toolchain/runme.sh 2>.build/toolchain-test.log || { cat .build/toolchain-test.log; exit 1; }
 
 benchmark-smoke: setup

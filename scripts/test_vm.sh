@@ -46,7 +46,7 @@ trap '[[ -z $booted ]] || $VM down' EXIT
 rc=0
 say "pytest here: the tests of the VM as a remote host"
 start=$SECONDS
-.venv/bin/python -m pytest -p no:cacheprovider -q -rs --durations=10 --vm=only tests/integration || rc=$?
+.venv/bin/python -m pytest -p no:cacheprovider -q -rxs --durations=10 --vm=only tests/integration || rc=$?
 say "they took $((SECONDS - start)) s (exit $rc)"
 
 say "copying the checkout and $SITE to the VM's $DEST"
@@ -74,7 +74,7 @@ in_vm() { # what, pytest arguments...
 	say "pytest in the VM: the kernel-dependent tests $what${args}"
 	start=$SECONDS
 	$VM ssh "cd $DEST && PYTHONPATH=$DEST/$SITE:$DEST/.build/collections ANSIBLE_COLLECTIONS_PATH=$DEST/.build/collections \
-	python3 -m pytest -p no:cacheprovider -q -rs --durations=15 --kernel-dependent \
+	python3 -m pytest -p no:cacheprovider -q -rxs --durations=15 --kernel-dependent \
 	--ignore tests/integration/test_bcc_backend.py $* tests/integration$args" || rc=$?
 	say "they took $((SECONDS - start)) s (exit status so far $rc)"
 }

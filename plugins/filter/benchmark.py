@@ -449,11 +449,11 @@ def benchmark_scrape_records(scrape, programs, baseline_programs):
 def benchmark_machine(facts):
     """What the report says of a machine, from ansible.builtin.setup's facts (subsets min and hardware)."""
     processor = facts.get("ansible_processor") or []
+    distribution = [str(facts[key]) for key in ("ansible_distribution", "ansible_distribution_version")
+                    if facts.get(key)]
     return dict(name=facts.get("ansible_hostname"), kernel=facts.get("ansible_kernel"),
                 cpu=processor[2] if len(processor) > 2 else (processor[-1] if processor else None),
-                vcpus=facts.get("ansible_processor_vcpus"),
-                distribution=" ".join(str(facts[key]) for key in ("ansible_distribution",
-                                                                    "ansible_distribution_version") if facts.get(key)))
+                vcpus=facts.get("ansible_processor_vcpus"), distribution=" ".join(distribution))
 
 
 def benchmark_trafgen_result(output):

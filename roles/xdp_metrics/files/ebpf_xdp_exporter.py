@@ -19,10 +19,12 @@ those listed in the configuration. The initial namespace is called "host".
 
     ebpf_xdp_exporter.py --config FILE            serve in the foreground (systemd)
     ebpf_xdp_exporter.py --config FILE --start    start in the background (pid file), after checking
+    ebpf_xdp_exporter.py --config FILE --ensure   start, or restart on newer code or configuration;
+                                                  then check that it serves (the role's run)
     ebpf_xdp_exporter.py --config FILE --stop | --status | --check
     ebpf_xdp_exporter.py --config FILE --once     print one scrape and exit
 
---start and --stop with --dry-run say what they would do (the role's check
+--start, --stop and --ensure with --dry-run say what they would do (the role's check
 mode). An exporter started inside a named network namespace exits when that
 namespace is deleted (the lab's hosts are such namespaces).
 """
@@ -667,8 +669,12 @@ def run(config: dict, server=None) -> None:
         remove_pid_file(config)
 
 
+class StartError(Exception):
+    """The detached exporter did not come up; the message says why."""
+
+
 def start(config: dict, log_file: str | None) -> int:
-    """Check, bind and detach (double fork); the parent returns once the exporter serves, or with its error."""
+    """Check, bind and detach (double fork); returns the exporter's pid once it serves, or raises its error."""
     check_environment(config)
     ready_r, ready_w = os.pipe()
     child = os.fork()
@@ -678,12 +684,42 @@ def start(config: dict, log_file: str | None) -> int:
             answer = ready.read().decode(errors="replace")
         os.waitpid(child, 0)
         if answer.startswith("ok "):
-            print(json.dumps({"started": True, "pid": int(answer.split()[1])}))
-            return 0
-        print(answer.strip() or "the exporter exited before it was ready; see %s" % log_file, file=sys.stderr)
-        return 1
+            return int(answer.split()[1])
+        raise StartError(answer.strip() or "the exporter exited before it was ready; see %s" % log_file)
     os.close(ready_r)
     _daemon(config, log_file, ready_w)
+
+
+def serves(config: dict, timeout: float = 30.0) -> bool:
+    """Whether the running exporter answers: its /metrics (http), or its first metrics file (textfile)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if serving_us(config) if config["mode"] == "http" else os.path.exists(config["textfile_path"]):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+
+
+def ensure(config: dict, config_path: str, log_file: str | None, dry_run: bool) -> dict:
+    """--ensure: start the exporter when it is not running, restart it when its code or configuration is newer
+    than the process (see stale), leave it otherwise; then check that it serves. One command for the role's
+    no-change run, where reading the state, starting and scraping were three module runs a host."""
+    pid = running_pid(config, config_path)
+    action = ("restarted" if stale(config, config_path) else "none") if pid else "started"
+    if dry_run:
+        if action != "none":
+            check(config)
+        return {"action": action, "pid": pid, "dry_run": True}
+    if action == "restarted":
+        stop(config, config_path)
+    if action != "none":
+        pid = start(config, log_file)
+    if not serves(config):
+        raise StartError("the exporter (pid %d) does not serve %s" % (
+            pid, "on %s:%d" % (config["listen_address"], config["port"]) if config["mode"] == "http"
+            else config["textfile_path"]))
+    return {"action": action, "pid": pid}
 
 
 def _daemon(config: dict, log_file: str | None, ready_w: int) -> NoReturn:
@@ -759,10 +795,10 @@ def main(argv=None) -> int:
     parser.add_argument("--config", required=True, help="the JSON configuration the role writes")
     parser.add_argument("--config-json", help="use this JSON instead of the file's content (checks before writing)")
     action = parser.add_mutually_exclusive_group()
-    for name in ("start", "stop", "restart", "status", "check", "once"):
+    for name in ("start", "stop", "restart", "ensure", "status", "check", "once"):
         action.add_argument("--" + name, action="store_true")
-    parser.add_argument("--dry-run", action="store_true", help="with --start/--stop/--restart: only say it")
-    parser.add_argument("--log-file", help="with --start: where the detached exporter logs")
+    parser.add_argument("--dry-run", action="store_true", help="with --start/--stop/--restart/--ensure: only say it")
+    parser.add_argument("--log-file", help="with --start/--restart/--ensure: where the detached exporter logs")
     args = parser.parse_args(argv)
     use_bundle()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -792,7 +828,11 @@ def main(argv=None) -> int:
                 check(config)
                 print(json.dumps({"started": True, "dry_run": True}))
                 return 0
-            return start(config, args.log_file)
+            print(json.dumps({"started": True, "pid": start(config, args.log_file)}))
+            return 0
+        if args.ensure:
+            print(json.dumps(ensure(config, args.config, args.log_file, args.dry_run)))
+            return 0
         if args.once:
             client, _core = _client()
             sys.stdout.write(client.generate_latest(registry(config, Reader(config))).decode())
@@ -803,6 +843,9 @@ def main(argv=None) -> int:
     except ConfigError as exc:
         print("ebpf_xdp_exporter: %s" % exc, file=sys.stderr)
         return 2
+    except StartError as exc:
+        print(exc, file=sys.stderr)
+        return 1
     except ImportError as exc:
         print("ebpf_xdp_exporter: the collection's module_utils cannot be loaded with %s: %s (they belong in %s)"
               % (sys.executable, exc, BUNDLE), file=sys.stderr)

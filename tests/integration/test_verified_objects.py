@@ -8,18 +8,20 @@ import stat
 import pytest
 
 import pin_snapshot
-from conftest import BPF_DIR, assert_rhythm, xdp_attached
+from conftest import BPF_DIR, SYSTEM_PYTHON, ModuleRunner, assert_rhythm, xdp_attached
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins
 
 
-@pytest.fixture
-def objects(run_distro, tmp_path):
-    """xdp_drop_count and tc_redirect compiled by bpf_object into an empty directory: {name: its result}."""
-    found = {}
+@pytest.fixture(scope="module")
+def objects(tmp_path_factory):
+    """xdp_drop_count and tc_redirect compiled by bpf_object into an empty directory, once for the file (no test
+    writes to them): {name: its result}."""
+    found, where = {}, tmp_path_factory.mktemp("objects")
+    compile_ = ModuleRunner(SYSTEM_PYTHON, str(where / "pins"))
     for name in ("xdp_drop_count", "tc_redirect"):
-        res = run_distro("bpf_object", dict(src=os.path.join(BPF_DIR, name + ".bpf.c"),
-                                            dest=str(tmp_path / (name + ".o")), cache_dir=str(tmp_path / "cache")))
+        res = compile_("bpf_object", dict(src=os.path.join(BPF_DIR, name + ".bpf.c"), dest=str(where / (name + ".o")),
+                                          cache_dir=str(where / "cache")))
         assert not res.get("failed") and res["checksum"] == "sha256:" + res["sha256"], res
         with open(res["path"], "rb") as handle:
             assert res["checksum"] == "sha256:" + hashlib.sha256(handle.read()).hexdigest()

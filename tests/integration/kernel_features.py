@@ -156,14 +156,22 @@ REFUSALS = {
 }
 
 
+# What a machine may lack without a kernel to refuse it: a test that needs it is the one allowed skip.
+HARDWARE = {"two_cpus"}
+
 _REFUSED = {}
 
 
 def refuse_instead(feature, tmp_path):
     """Run feature's refusal check, once per session (a test that needs an absent feature); what it asserted,
-    in words. A feature with no refusal (hardware such as a second CPU) is the one allowed skip."""
-    if feature not in REFUSALS:
+    in words. Hardware (a second CPU) is the one allowed skip; a kernel feature without a refusal check fails
+    the test, so that none skips quietly."""
+    if feature in HARDWARE:
         pytest.skip("this machine has no %s: %s" % (feature, PROBES[feature][0]))
+    if feature not in REFUSALS:
+        pytest.fail("the kernel lacks %s (%s) and kernel_features.REFUSALS has no refusal check for it: a test "
+                    "that needs it must assert the collection's clear error where it is absent"
+                    % (feature, PROBES[feature][0]), pytrace=False)
     if feature not in _REFUSED:
         _REFUSED[feature] = REFUSALS[feature](tmp_path)
     return _REFUSED[feature]

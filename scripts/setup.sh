@@ -9,6 +9,7 @@ ROOT=$PWD
 
 APT_PACKAGES=(
 	clang llvm libbpf1 libbpf-dev bpftool iproute2 python3-pyroute2
+	libxdp1 xdp-tools # libxdp's XDP dispatcher (several programs on one interface), xdp-loader as its witness
 	python3-venv netbase rsync git make iputils-ping util-linux
 	shellcheck # ansible-test sanity skips its shellcheck test (with a warning) when shellcheck is missing
 	netsniff-ng # trafgen, a generator of playbooks/benchmark.yml

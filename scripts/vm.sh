@@ -50,7 +50,7 @@ MIRROR=${EBPF_XDP_VM_MIRROR:-$(debian_mirror)}
 INCLUDE=systemd-sysv,udev,kmod,initramfs-tools,linux-image-amd64,openssh-server,python3,python3-apt
 # What roles/toolchain installs on Debian (defaults/main.yml toolchain_packages,
 # vars/Debian.yml witnesses); tests/integration/test_vm.py checks they agree.
-INCLUDE+=,clang,llvm,libbpf1,libbpf-dev,linux-libc-dev,iproute2,python3-pyroute2,bpftool
+INCLUDE+=,clang,llvm,libbpf1,libbpf-dev,linux-libc-dev,iproute2,python3-pyroute2,libxdp1,bpftool,xdp-tools
 # What playbooks/benchmark.yml uses besides (roles/benchmark, __benchmark_packages).
 INCLUDE+=,ethtool,iptables,nftables,netsniff-ng
 IMAGE_SIZE=3G

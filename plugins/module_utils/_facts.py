@@ -20,7 +20,7 @@ import time
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import (
     netlink as _netlink, netns as _netns, session as _session)
-from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, libxdp as _libxdp, pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import observed as _observed, tc_hooks as _tc_hooks
 from ansible_collections.ebpf.xdp.plugins.module_utils.maps import devmap as _devmap
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
@@ -121,6 +121,42 @@ def tc_entries(pin_root: str, key: str, ifname: str, ifindex: int) -> dict:
     return out
 
 
+# The name libxdp gives its dispatcher program (xdp-dispatcher.o).
+DISPATCHER_NAME = "xdp_dispatcher"
+HELD_BY_DISPATCHER = "dispatcher"
+
+
+def xdp_chain(pin_root: str, key: str, ifname: str, ifindex: int, warnings: list[str] | None) -> list[dict] | None:
+    """The programs libxdp's dispatcher on the interface runs, in run order (None: no dispatcher there), each with
+    its priority and chain call actions, ours with the name of their attachment."""
+    if not _libxdp.available():
+        if warnings is not None:
+            warnings.append("%s runs libxdp's dispatcher, but libxdp (Debian package libxdp1) is not installed: the "
+                            "programs it runs are not reported" % ifname)
+        return None
+    chain = _libxdp.dispatcher_chain(ifindex)
+    if chain is None:
+        return None
+    attachments = _pins.hook_attachments(pin_root, os.path.join(pin_root, key, ifname), _pins.hook_dir("xdp"))
+    records = [record for record in (pins.record.read() for name, pins in attachments.items() if name) if record]
+    out = []
+    for component in chain["programs"]:
+        owned = next((record for record in records if record.get("prog_id") == component["id"]), None)
+        found = _still_there(_observe_component, component, chain["mode"], owned)
+        if found:
+            found.update(priority=component["priority"], chain_call_actions=component["chain_call_actions"])
+            found.setdefault("attachment", None)
+            out.append(found)
+    return out
+
+
+def _observe_component(component: dict, mode: str, record: dict | None) -> _observed.Observed:
+    with _bpf.Program.from_id(component["id"]) as prog:
+        info = prog.info()
+    return _observed.Observed(prog_id=component["id"], name=info["name"], tag=info["tag"], placement=mode,
+                              holder=HELD_BY_DISPATCHER, record=record, map_ids=info["map_ids"])
+
+
 def _still_there(observe, *args) -> dict | None:
     """The hook_entry() of observe(*args), or None when the program or a map went away while we looked."""
     try:
@@ -151,10 +187,12 @@ def _snapshot(pin_root: str, netns: str | None, wanted: list[str], warnings: lis
         if not wanted and not prog_id and not any(tc.values()):
             continue
         entry = {"ifindex": iface["ifindex"], "mac": iface["mac"], "mtu": iface["mtu"],
-                 "stats": iface["stats"], "xdp": None, "tc": tc}
+                 "stats": iface["stats"], "xdp": None, "xdp_chain": None, "tc": tc}
         if prog_id:
             pins = _pins.PinDir.for_hook(pin_root, key, name, "xdp")
             entry["xdp"] = _still_there(_observed.observe_xdp, iface["ifindex"], iface["xdp"], pins)
+            if entry["xdp"] and entry["xdp"]["name"] == DISPATCHER_NAME:
+                entry["xdp_chain"] = xdp_chain(pin_root, key, name, iface["ifindex"], warnings)
         out[name] = entry
     missing = sorted(set(wanted or ()) - set(out))
     if missing:
@@ -204,9 +242,11 @@ def with_rates(pin_root: str, netns: str | None, wanted: list[str], interval: fl
 
 
 def _programs(entry: dict) -> list[dict]:
-    """Every program of one interface's facts: its XDP program and its tc programs."""
+    """Every program of one interface's facts: its XDP program (and those its dispatcher runs) and its tc
+    programs."""
     tc = entry.get("tc") or {}
-    return ([entry["xdp"]] if entry.get("xdp") else []) + [p for progs in tc.values() for p in progs]
+    return ([entry["xdp"]] if entry.get("xdp") else []) + (entry.get("xdp_chain") or []) \
+        + [p for progs in tc.values() for p in progs]
 
 
 def _add_rates(old: dict, prog: dict, seconds: float) -> None:

@@ -69,6 +69,11 @@ EXAMPLES = r"""
   ansible.builtin.debug:
     msg: "proto {{ item.key }}: {{ item.value }} packets"
   loop: "{{ ansible_facts.xdp.interfaces.eth1.xdp.counters.proto_count | dict2items }}"
+
+- name: List the programs libxdp's dispatcher runs on eth1 (xdp-loader's or this collection's), in run order
+  ansible.builtin.debug:
+    msg: "{{ item.priority }} {{ item.name }} ({{ item.owner }}), next on {{ item.chain_call_actions | join(',') }}"
+  loop: "{{ ansible_facts.xdp.interfaces.eth1.xdp_chain | default([], true) }}"
 """
 
 RETURN = r"""
@@ -116,7 +121,7 @@ ansible_facts:
         interfaces:
           description:
             - Interface name to its C(ifindex), C(mac), C(mtu), C(stats) (packet and byte counters),
-              C(rates) (with O(rate_interval)), C(xdp) and C(tc).
+              C(rates) (with O(rate_interval)), C(xdp), C(xdp_chain) and C(tc).
             - Without O(interfaces), the interfaces that have an XDP or tc program.
             - C(xdp) is null without a program, else a dict with C(id), C(name), C(tag), C(mode),
               C(owner), C(maps) (each with C(id), C(name), C(type), C(key_size), C(value_size),
@@ -129,6 +134,13 @@ ansible_facts:
               Programs loaded with C(backend=bcc) (see M(ebpf.xdp.xdp_program)) add C(backend) (V(bcc)),
               C(source), C(source_sha256), C(cflags) and C(kernel_release); their maps are bcc's tables by
               their names.
+            - C(xdp_chain) is null unless the XDP program is libxdp's dispatcher (C(xdp_dispatcher), attached by
+              C(xdp-loader) or another libxdp user), which runs several XDP programs in turn; it is then the list
+              of those programs in the order they run, with the same keys as C(xdp) (C(attach) is
+              V(dispatcher), C(mode) the dispatcher's) and C(priority) and C(chain_call_actions) (the verdicts
+              after which the next program runs, of V(aborted), V(drop), V(pass), V(tx), V(redirect)); C(owner) is
+              V(unmanaged) for programs of other tools. Reading it needs libxdp (Debian package C(libxdp1)),
+              which the role C(ebpf.xdp.toolchain) installs; without it a warning says the list is missing.
             - C(tc) has C(ingress) and C(egress), each the list of programs on that tc hook in the
               order they run (tcx programs, then clsact filters), with the same keys as C(xdp) but
               C(method) (V(tcx), V(cls_bpf) or V(act_bpf)) instead of C(mode), and C(direction), and
@@ -152,6 +164,7 @@ ansible_facts:
                 maps: [{id: 7, name: proto_count, type: percpu_array, key_size: 4, value_size: 8, max_entries: 256}]
                 counters: {proto_count: {"6": 10, "17": 20}}
                 protocols: {tcp: 10, udp: 20}
+              xdp_chain: null
               tc:
                 ingress:
                   - {id: 51, name: redirect_xmit, method: tcx, direction: ingress, attach: link, link_id: 9,

@@ -15,6 +15,7 @@ carries `@pytest.mark.kernel_either("name")`: make test-vm runs it on
 Debian 12's kernel too. Nothing here skips.
 """
 
+import glob
 import os
 import platform
 import re
@@ -59,6 +60,36 @@ def _act_bpf():
         subprocess.run(["ip", "netns", "del", ns], check=False)
 
 
+def xdp_tools_object(name):
+    """One of the XDP programs Debian's libxdp1 ships (xdp-filter's), as a file xdp-loader loads."""
+    found = sorted(glob.glob("/usr/lib/*/bpf/%s.o" % name))
+    assert found, "%s.o of libxdp1 is not installed (scripts/setup.sh installs it)" % name
+    return found[0]
+
+
+def xdp_loader(ns, *args):
+    """xdp-loader's command line in namespace ns. Through nsenter, not `ip netns exec`: that one mounts a sysfs
+    of its own over /sys, which hides bpffs at /sys/fs/bpf, and libxdp then falls back to one program alone."""
+    return ["nsenter", "--net=/run/netns/%s" % ns, "xdp-loader"] + list(args)
+
+
+def _xdp_dispatcher():
+    """xdp-loader (xdp-tools) loads a program through libxdp's dispatcher, on lo of a throwaway namespace: where
+    the kernel refuses the dispatcher's freplace programs, it falls back to the program alone."""
+    ns = "kf%s" % uuid.uuid4().hex[:8]
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+        subprocess.run(xdp_loader(ns, "load", "-m", "skb", "lo", xdp_tools_object("xdpfilt_alw_all")),
+                       capture_output=True, check=True)
+        status = subprocess.run(xdp_loader(ns, "status", "lo"), capture_output=True, text=True, check=True).stdout
+        # Unloaded through libxdp, which removes the dispatcher's pins (deleting the namespace would leave them).
+        subprocess.run(xdp_loader(ns, "unload", "--all", "lo"), capture_output=True, check=True)
+        return "xdp_dispatcher" in status
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
 def _bcc():
     """bcc's Python binding in the system Python, and kernel headers somewhere bcc or the tests find them."""
     binding = subprocess.run(["/usr/bin/python3", "-c", "import bcc"], capture_output=True, check=False)
@@ -76,6 +107,7 @@ PROBES = {
     "devmap_egress_prog": ("programs on devmap entries (Linux 5.8)", _at_least(5, 8)),
     "xdp_features": ("xdp_features through the netdev genetlink family (Linux 6.3)", _at_least(6, 3)),
     "xdp_veth": ("native and generic XDP on veth (Linux 4.19)", _at_least(4, 19)),
+    "xdp_dispatcher": ("libxdp's multiprog dispatcher (freplace programs), as xdp-loader finds it", _xdp_dispatcher),
     "bcc": ("bcc's Python binding and kernel headers", _bcc),
     "two_cpus": ("at least two online CPUs (hardware, not a kernel feature)", lambda: (os.cpu_count() or 1) >= 2),
 }

@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from conftest import ROOT, SYSTEM_PYTHON
+from conftest import ROOT, SYSTEM_PYTHON, sh
+from kernel_features import xdp_loader, xdp_tools_object
 from ansible_collections.ebpf.xdp.plugins.module_utils import _facts
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
 
@@ -78,3 +79,50 @@ def test_rates_from_two_samples(run_distro, pair, drop_obj):
 def test_no_privileges(run_distro, pair):
     res = run_distro("xdp_facts", dict(netns=pair.rx), no_caps=True)
     assert res["failed"] and "needs CAP_SYS_ADMIN" in res["msg"], res
+
+
+def xdp_loader_status(pair):
+    """(name, priority, chain actions) of each program under xdp-loader's dispatcher line, as xdp-loader lists
+    them (the witness: xdp-tools reads the dispatcher itself), and the name of the interface's XDP program."""
+    out = sh(*xdp_loader(pair.rx, "status", "eth0")).stdout.splitlines()
+    [main] = [line.split() for line in out if line.startswith("eth0")]
+    chain = [line.split() for line in out if line.lstrip().startswith("=>")]
+    # "=>  5  xdpfilt_alw_all  26  d4fe5e0b973c9290  XDP_PASS": arrow, priority, name, id, tag, actions
+    return main[1], [(f[2], int(f[1]), sorted(a.lower().replace("xdp_", "") for a in f[5].split(",")))
+                     for f in chain]
+
+
+@pytest.mark.kernel_either("xdp_dispatcher")
+def test_the_programs_of_libxdps_dispatcher_in_run_order(run_distro, pair, features):
+    """Two programs loaded by xdp-loader (another tool, through libxdp) on one interface: the facts list the
+    dispatcher's programs in the order they run, with their priorities and chain call actions, as xdp-loader
+    does, and as programs of another tool. Where the kernel refuses the dispatcher, xdp-loader falls back to
+    one program alone, which the facts report as the interface's XDP program, with no chain."""
+    load = xdp_loader(pair.rx, "load", "-m", "skb")
+    sh(*load, "-P", "30", "-A", "XDP_PASS,XDP_DROP", "eth0", xdp_tools_object("xdpfilt_dny_all"))
+    second = sh(*load, "-P", "5", "eth0", xdp_tools_object("xdpfilt_alw_all"), check=False)
+    try:
+        check_dispatcher_facts(run_distro, pair, features, second)
+    finally:
+        # Through libxdp, which removes the dispatcher's pins below /sys/fs/bpf/xdp (the namespace's end would not).
+        sh(*xdp_loader(pair.rx, "unload", "--all", "eth0"))
+
+
+def check_dispatcher_facts(run_distro, pair, features, second):
+    facts = run_distro("xdp_facts", dict(netns=pair.rx))
+    assert not facts.get("failed") and not facts.get("warnings"), facts
+    entry = facts["ansible_facts"]["xdp"]["interfaces"]["eth0"]
+    main, listed = xdp_loader_status(pair)
+    if not features["xdp_dispatcher"]:
+        assert second.returncode != 0, "a second program without the dispatcher: %s" % second.stdout
+        assert entry["xdp"]["name"] == main == "xdpfilt_dny_all" and entry["xdp_chain"] is None, entry
+        assert entry["xdp"]["owner"] == "unmanaged", entry
+        return
+    assert second.returncode == 0, second.stderr
+    assert entry["xdp"]["name"] == main == "xdp_dispatcher" and entry["xdp"]["owner"] == "unmanaged", entry
+    chain = entry["xdp_chain"]
+    assert [(p["name"], p["priority"], p["chain_call_actions"]) for p in chain] == listed == [
+        ("xdpfilt_alw_all", 5, ["pass"]), ("xdpfilt_dny_all", 30, ["drop", "pass"])], (chain, listed)
+    assert all(p["owner"] == "unmanaged" and p["attach"] == "dispatcher" and p["mode"] == "generic"
+               and p["attachment"] is None for p in chain), chain
+    assert len({p["id"] for p in chain} | {entry["xdp"]["id"]}) == 3, chain

@@ -278,6 +278,8 @@ class _BtfVarSecinfo(ctypes.Structure):
                 ("size", ctypes.c_uint32)]
 
 
+# Where a va_list is passed as a pointer, so a print callback can format it (see vsnprintf).
+PRINT_CALLBACKS = platform.machine() in ("x86_64", "aarch64")
 _PRINT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
 
 _P = ctypes.c_void_p
@@ -300,6 +302,7 @@ _SIGNATURES = {
     "bpf_program__expected_attach_type": (_I, [_P]),
     "bpf_program__set_expected_attach_type": (_I, [_P, _I]),
     "bpf_program__set_log_buf": (_I, [_P, _P, ctypes.c_size_t]),
+    "bpf_program__set_attach_target": (_I, [_P, _I, _S]),
     "bpf_map__name": (_S, [_P]),
     "bpf_map__type": (_I, [_P]),
     "bpf_map__key_size": (_U32, [_P]),
@@ -346,10 +349,15 @@ _libc = None
 _messages = []
 
 
-def _print_hook(level, fmt, args):
+def vsnprintf(buf, fmt, args) -> None:
+    """Format a library's printf-style message into buf (libbpf's and libxdp's print callbacks)."""
     # va_list arrives as a pointer on x86_64 and aarch64; vsnprintf takes it as is.
-    buf = ctypes.create_string_buffer(4096)
     _libc.vsnprintf(buf, len(buf), fmt, ctypes.c_void_p(args))
+
+
+def _print_hook(level, fmt, args):
+    buf = ctypes.create_string_buffer(4096)
+    vsnprintf(buf, fmt, args)
     _messages.append(buf.value.decode("utf-8", "replace"))
     return 0
 
@@ -373,7 +381,7 @@ def lib() -> ctypes.CDLL:
             func.argtypes = argtypes
         _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
         _libc.vsnprintf.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p]
-        if platform.machine() in ("x86_64", "aarch64"):
+        if PRINT_CALLBACKS:
             handle.libbpf_set_print(_print_cb)
         _lib = handle
     return _lib
@@ -500,6 +508,11 @@ class BpfObject:
         number = [k for k, v in PROG_TYPES.items() if v == prog_type][0]
         _check(lib().bpf_program__set_type(self._find_program(name), number),
                "set the type of program %s of %s to %s" % (name, self.path, prog_type))
+
+    def set_attach_target(self, name: str, target: Program, function: str) -> None:
+        """Load the named program as a replacement (freplace) of `function` in the loaded program target."""
+        _check(lib().bpf_program__set_attach_target(self._find_program(name), target.fd, function.encode()),
+               "set the attach target of program %s of %s to %s" % (name, self.path, function))
 
     def pin_maps(self, directory: str) -> None:
         """Pin every user map at directory/NAME; libbpf reuses a compatible pin on load (devmaps: see

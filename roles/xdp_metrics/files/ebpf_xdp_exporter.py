@@ -192,9 +192,12 @@ class Samples:
 
 
 def _programs(entry: dict):
-    """(hook, program facts) of one interface's facts, XDP first, then tc in run order."""
+    """(hook, program facts) of one interface's facts, XDP first (libxdp's dispatcher, then the programs it runs,
+    in run order), then tc in run order."""
     if entry.get("xdp"):
         yield "xdp", entry["xdp"]
+    for prog in entry.get("xdp_chain") or ():
+        yield "xdp", prog
     for direction, progs in sorted((entry.get("tc") or {}).items()):
         for prog in progs:
             yield "tc_" + direction, prog

@@ -58,8 +58,14 @@ PIN_ROOT_ARGS = dict(
 
 
 # The options of each item module, documented in that module; ebpf.xdp.datapath's config entries take the same.
-XDP_PROGRAM_ARGS = dict(mode=dict(type="str", choices=["native", "generic", "auto"], default="auto"),
-                        **INTERFACE_ARGS, **PROGRAM_ARGS, **PIN_ROOT_ARGS)
+XDP_PROGRAM_ARGS = dict(
+    mode=dict(type="str", choices=["native", "generic", "auto"], default="auto"),
+    # One of several programs on the interface, run by libxdp's dispatcher: checked by XdpHook.check_params,
+    # which datapath's entries go through too.
+    name=dict(type="str"),
+    priority=dict(type="int"),
+    chain_call_actions=dict(type="list", elements="str", choices=["aborted", "drop", "pass", "tx", "redirect"]),
+    **INTERFACE_ARGS, **PROGRAM_ARGS, **PIN_ROOT_ARGS)
 TC_PROGRAM_ARGS = dict(
     direction=dict(type="str", choices=["ingress", "egress"], default="ingress"),
     method=dict(type="str", choices=["tcx", "cls_bpf", "act_bpf", "auto"], default="auto"),

@@ -45,10 +45,9 @@ from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _net
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils.maps import devmap as _devmap, map_entry as _map_entry
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
-# Importing the adapters registers them with the converger (_converge.ADAPTERS).
-from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import (  # noqa: F401 pylint: disable=unused-import
-    xdp as _xdp)
+# Importing the adapters also registers them with the converger (_converge.ADAPTERS).
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.tc import TcHook
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.xdp import XdpHook
 
 STATES = ("merged", "replaced", "overridden", "deleted", "gathered")
 PROGRAM_RULES = _revisions.module_rules(_bcc.MODULE_RULES)
@@ -127,9 +126,9 @@ def validate(config: dict, pin_root: str) -> dict[str, list[dict]]:
             if section in ("xdp", "tc") and params["backend"] != "libbpf":
                 raise ConfigError("%s: backend %s is not available in ebpf.xdp.datapath; use ebpf.xdp.%s for it"
                                   % (where(section, index), params["backend"], module))
-            if section == "tc":
+            if section in ("xdp", "tc"):
                 try:
-                    TcHook.check_params(params)
+                    (XdpHook if section == "xdp" else TcHook).check_params(params)
                 except EbpfXdpError as exc:
                     raise ConfigError("%s: %s" % (where(section, index), exc)) from exc
             entries.append(params)
@@ -143,7 +142,7 @@ def key_of(section: str, params: dict) -> tuple:
     if section == "objects":
         return (params["dest"] or params["src"],)
     if section == "xdp":
-        return (params["netns"], params["interface"])
+        return (params["netns"], params["interface"], params.get("name"))
     if section == "tc":
         return (params["netns"], params["interface"], params["direction"], params.get("name"))
     if section == "map_entries":
@@ -154,7 +153,7 @@ def key_of(section: str, params: dict) -> tuple:
 def describe(section: str, key: tuple) -> str:
     netns = key[0] if section != "objects" else None
     place = {"objects": lambda: "object %s" % key[0],
-             "xdp": lambda: "the XDP hook of %s" % key[1],
+             "xdp": lambda: "the XDP hook of %s" % key[1] + (" (attachment %s)" % key[2] if key[2] else ""),
              "tc": lambda: "the tc %s hook of %s" % (key[2], key[1]) + (" (attachment %s)" % key[3] if key[3] else ""),
              "map_entries": lambda: "map %s" % key[1],
              "devmap_groups": lambda: "group %s of map set %s" % (key[2], key[1])}[section]()
@@ -224,9 +223,13 @@ def _entry_of(record: dict, netns: str | None, ifname: str, kind: str, hook: str
              "program": record.get("program"), "constants": record.get("constants") or {}}
     if record.get("shared_maps"):
         entry["shared_maps"] = record["shared_maps"]
-    if kind == "xdp":
-        return dict(entry, mode=record.get("requested_mode") or "auto")
     hook, attachment = _pins.split_hook_dir(hook)
+    if kind == "xdp":
+        entry["mode"] = record.get("requested_mode") or "auto"
+        if attachment:
+            entry.update(name=attachment, priority=record.get("requested_priority"),
+                         chain_call_actions=record.get("requested_chain_call_actions"))
+        return entry
     entry.update(direction=record.get("direction") or hook[len(kind) + 1:],
                  method=record.get("requested_method") or "auto")
     if attachment:

@@ -123,7 +123,6 @@ def tc_entries(pin_root: str, key: str, ifname: str, ifindex: int) -> dict:
 
 # The name libxdp gives its dispatcher program (xdp-dispatcher.o).
 DISPATCHER_NAME = "xdp_dispatcher"
-HELD_BY_DISPATCHER = "dispatcher"
 
 
 def xdp_chain(pin_root: str, key: str, ifname: str, ifindex: int, warnings: list[str] | None) -> list[dict] | None:
@@ -154,7 +153,7 @@ def _observe_component(component: dict, mode: str, record: dict | None) -> _obse
     with _bpf.Program.from_id(component["id"]) as prog:
         info = prog.info()
     return _observed.Observed(prog_id=component["id"], name=info["name"], tag=info["tag"], placement=mode,
-                              holder=HELD_BY_DISPATCHER, record=record, map_ids=info["map_ids"])
+                              holder=_observed.HELD_BY_DISPATCHER, record=record, map_ids=info["map_ids"])
 
 
 def _still_there(observe, *args) -> dict | None:

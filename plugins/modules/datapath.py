@@ -25,8 +25,9 @@ description:
     program held by a link gets a new link; a new one goes; a group gets its members back; a map its
     values), and the task fails naming the entry, for example C(config.tc[2]), and listing what was put
     back.
-  - Two entries for one hook (for tc, one attachment - the same O(ebpf.xdp.tc_program#module:name) on the same
-    hook), one group, one map or one object file are an error before anything changes.
+  - Two entries for one hook (one attachment - the same O(ebpf.xdp.tc_program#module:name) or
+    O(ebpf.xdp.xdp_program#module:name) on the same hook), one group, one map or one object file are an error
+    before anything changes.
 author:
   - ebpf.xdp developers (@ebpf-xdp)
 requirements:
@@ -51,7 +52,8 @@ options:
         description:
           - XDP programs, each with the options of M(ebpf.xdp.xdp_program) (O(ebpf.xdp.xdp_program#module:interface),
             O(ebpf.xdp.xdp_program#module:object), O(ebpf.xdp.xdp_program#module:mode), ...), one entry per
-            interface and namespace.
+            attachment - interface, namespace and O(ebpf.xdp.xdp_program#module:name) (named attachments share
+            the interface through libxdp's dispatcher, in O(ebpf.xdp.xdp_program#module:priority) order).
           - O(ebpf.xdp.xdp_program#module:backend=bcc) is not available here; use M(ebpf.xdp.xdp_program) for it.
         type: list
         elements: dict

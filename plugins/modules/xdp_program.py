@@ -45,6 +45,38 @@ options:
     type: str
     choices: [native, generic, auto]
     default: auto
+  name:
+    description:
+      - The attachment's name, its identity on the interface (and O(netns)), so that several programs live on
+        one interface, ours and other tools' (C(xdp-loader), C(xdp-filter), bpfman), each with its own
+        record, maps and revisions (pins in C(xdp@<name>/)); 1 to 32 of a-z, 0-9, C(_) and C(-).
+      - A named attachment is one of the programs of libxdp's multiprog dispatcher (xdp-tools' protocol, Debian
+        package C(libxdp1), which the role C(ebpf.xdp.toolchain) installs). The dispatcher is the program the
+        interface runs, and it runs its programs in O(priority) order. Adding, upgrading or removing one swaps
+        in a new dispatcher atomically; the others keep running, with the same program ids and maps. An
+        upgrade joins the new program before the old one leaves (never without it; for that moment both run,
+        a warning says how long).
+      - The dispatcher holds at most 10 programs, all in one mode; the object needs BTF (C(-g), as
+        M(ebpf.xdp.bpf_object) compiles). Where the kernel cannot run the dispatcher (no freplace programs),
+        the task fails saying why and changes nothing; it never falls back to one program per interface. A
+        program attached to the interface on its own (an unnamed attachment, C(ip link set xdp)) is refused.
+      - O(state=absent) with a name takes that program out of the dispatcher only (the dispatcher goes with
+        its last program).
+      - Without a name, the task manages the interface's one unnamed program as before (pins C(xdp/)).
+    type: str
+  priority:
+    description:
+      - With O(name), the program's run priority in the dispatcher; lower runs first (equal priorities run in
+        the order they were attached). libxdp's default is 50.
+      - Changing it re-orders the programs (the program is attached again at its new place, as an upgrade is).
+    type: int
+  chain_call_actions:
+    description:
+      - With O(name), the verdicts of this program after which the dispatcher runs the next program; any
+        other verdict is final. libxdp's default is V(pass) alone.
+    type: list
+    elements: str
+    choices: [aborted, drop, pass, tx, redirect]
 attributes:
   check_mode:
     support: full
@@ -113,6 +145,17 @@ EXAMPLES = r"""
     cflags: ["-DXDP_ACTION=2"]
     # Only where the running kernel has no headers package:
     kernel_headers: /usr/src/linux-headers-6.1.0-28-cloud-amd64
+
+- name: A DDoS filter first, then a counter, beside a program xdp-loader attached (libxdp's dispatcher)
+  ebpf.xdp.xdp_program:
+    interface: eth1
+    name: "{{ item.name }}"
+    object: "/var/lib/ebpf_xdp/{{ item.name }}.o"
+    priority: "{{ item.priority }}"
+    chain_call_actions: [pass]
+  loop:
+    - {name: ddos_filter, priority: 10}
+    - {name: counter, priority: 20}
 
 - name: Remove it inside a network namespace
   ebpf.xdp.xdp_program:
@@ -186,8 +229,25 @@ mode:
   returned: when attached
   type: str
   sample: native
+attachment:
+  description: The attachment's O(name); returned for a named attachment.
+  returned: with O(name)
+  type: str
+  sample: ddos_filter
+priority:
+  description: With O(name), the program's run priority in libxdp's dispatcher.
+  returned: with O(name), when attached
+  type: int
+  sample: 10
+chain_call_actions:
+  description: With O(name), the verdicts after which the dispatcher runs the next program.
+  returned: with O(name), when attached
+  type: list
+  elements: str
+  sample: [pass]
 attach:
-  description: How the program is held, V(link) (pinned bpf_link) or V(netlink) (after a forced takeover).
+  description: How the program is held, V(link) (pinned bpf_link), V(netlink) (after a forced takeover) or
+    V(dispatcher) (one of the programs of libxdp's dispatcher, a named attachment).
   returned: when attached
   type: str
   sample: link
@@ -238,10 +298,15 @@ from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import replay as _r
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.xdp import XdpHook
 
 
+def prepare(module):
+    XdpHook.check_params(module.params)
+    _common.prepare_backend(module)  # for bcc it may re-run the module under the system Python
+
+
 def main():
     _common.run_module(
         dict(_common.XDP_PROGRAM_ARGS, **_replay.TASK_ARGS), rules=_revisions.module_rules(_bcc.MODULE_RULES),
-        prepare=_common.prepare_backend,  # first: for bcc it may re-run the module under the system Python
+        prepare=prepare,
         libraries=dict(pyroute2=False),
         work=lambda params, check_mode, _module: _replay.converge_task(params, check_mode, XdpHook),
         failure=lambda params: dict(interface=params["interface"], changed=False))

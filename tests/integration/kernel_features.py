@@ -67,10 +67,15 @@ def xdp_tools_object(name):
     return found[0]
 
 
+# xdp-loader refuses to run while another xdp-loader runs ("Unable to read PID from lockfile"): test workers
+# take turns through this lock.
+XDP_LOADER_LOCK = "/run/ebpf-xdp-tests.xdp-loader.lock"
+
+
 def xdp_loader(ns, *args):
     """xdp-loader's command line in namespace ns. Through nsenter, not `ip netns exec`: that one mounts a sysfs
     of its own over /sys, which hides bpffs at /sys/fs/bpf, and libxdp then falls back to one program alone."""
-    return ["nsenter", "--net=/run/netns/%s" % ns, "xdp-loader"] + list(args)
+    return ["flock", XDP_LOADER_LOCK, "nsenter", "--net=/run/netns/%s" % ns, "xdp-loader"] + list(args)
 
 
 def _xdp_dispatcher():
@@ -181,7 +186,31 @@ def _pktgen_refusal(tmp_path):
     return "pktgen: 'has no pktgen' (check mode and run)"
 
 
+def _dispatcher_refusal(tmp_path):
+    from conftest import BPF_DIR, PIN_ROOT_BASE, ModuleRunner, Pair, SYSTEM_PYTHON, VENV_PYTHON, compile_bpf, sh
+    obj = compile_bpf(os.path.join(BPF_DIR, "xdp_drop_count.bpf.c"), tmp_path / "xdp_drop_count.o",
+                      [os.path.join(BPF_DIR, "include")])
+    pin_root = "%s/%s" % (PIN_ROOT_BASE, uuid.uuid4().hex[:8])
+    pair = Pair()
+    pair.up()
+    words = "needs libxdp's dispatcher, which cannot work here: this kernel refuses freplace (BPF_PROG_TYPE_EXT)"
+    try:
+        for python in (SYSTEM_PYTHON, VENV_PYTHON):
+            run = ModuleRunner(python, pin_root)
+            for check in (True, False):
+                res = run("xdp_program", dict(interface="eth0", netns=pair.rx, object=obj, name="counter",
+                                              priority=10), check=check)
+                assert res.get("failed") and words in res["msg"] and "Nothing was changed" in res["msg"], res
+            assert "prog/xdp" not in sh("ip", "-n", pair.rx, "-d", "link", "show", "eth0").stdout
+            assert not os.path.exists(pin_root) or not any(os.scandir(pin_root)), "pins left"
+    finally:
+        pair.down()
+        shutil.rmtree(pin_root, ignore_errors=True)
+    return "xdp_program name: %r" % words
+
+
 REFUSALS = {
+    "xdp_dispatcher": _dispatcher_refusal,
     "tcx": lambda tmp_path: _tc_refusal("tcx", "needs tcx links, which Linux has from 6.6", tmp_path),
     "act_bpf": lambda tmp_path: _tc_refusal("act_bpf", "no act_bpf (CONFIG_NET_ACT_BPF)", tmp_path),
     "pktgen": _pktgen_refusal,

@@ -442,6 +442,14 @@ class BpfObject:
     def __exit__(self, *exc):
         self.close()
 
+    @property
+    def handle(self) -> int:
+        """The struct bpf_object pointer, for a library that takes the object over (libxdp)."""
+        return self._obj
+
+    def has_btf(self) -> bool:
+        return bool(lib().bpf_object__btf(self._obj))
+
     def close(self):
         if self._obj:
             lib().bpf_object__close(self._obj)

@@ -52,7 +52,9 @@ _U = ctypes.c_uint
 _SIGNATURES = {
     "libxdp_get_error": (ctypes.c_long, [_P]),
     "libxdp_set_print": (_P, [_PRINT_FN]),
-    "xdp_program__from_bpf_obj": (_P, [_P, _S]),
+    "xdp_program__create": (_P, [_P]),
+    "xdp_program__from_fd": (_P, [_I]),
+    "xdp_program__from_id": (_P, [ctypes.c_uint32]),
     "xdp_program__close": (None, [_P]),
     "xdp_program__name": (_S, [_P]),
     "xdp_program__id": (ctypes.c_uint32, [_P]),
@@ -96,6 +98,12 @@ class LibxdpError(EbpfXdpError):
         if said:
             message += "; libxdp said: " + " / ".join(said[-5:])
         super().__init__(message)
+
+
+class _ProgramOpts(ctypes.Structure):
+    """struct xdp_program_opts (libxdp.h)."""
+    _fields_ = [("sz", ctypes.c_size_t), ("obj", _P), ("opts", _P), ("prog_name", _S), ("find_filename", _S),
+                ("open_filename", _S), ("pin_path", _S), ("id", ctypes.c_uint32), ("fd", _I)]
 
 
 def lib() -> ctypes.CDLL:
@@ -174,6 +182,80 @@ def dispatcher_chain(ifindex: int) -> dict | None:
                 "mode": MODE_NAMES.get(lib().xdp_multiprog__attach_mode(mp)), "programs": programs}
     finally:
         lib().xdp_multiprog__close(mp)
+
+
+# ---------------------------------------------------------------- components
+
+
+class Component:
+    """One program of a dispatcher as libxdp holds it (its struct xdp_program); close() releases the handle only:
+    a component attached stays attached (libxdp pins its link below bpffs's xdp/ directory)."""
+
+    def __init__(self, ptr, what: str):
+        err = _error_of(ptr)
+        if err:
+            raise LibxdpError(what, err)
+        self._prog = ptr
+        self.what = what
+
+    @classmethod
+    def from_object(cls, obj: _bpf.BpfObject, name: str) -> Component:
+        """Program `name` of an object opened (and set up: constants, map pins) but not loaded: libxdp loads it
+        as a freplace program into the dispatcher's slot when it attaches it. The object must outlive the
+        attach."""
+        take_messages()
+        opts = _ProgramOpts(sz=ctypes.sizeof(_ProgramOpts), obj=obj.handle, prog_name=name.encode())
+        return cls(lib().xdp_program__create(ctypes.byref(opts)), "hand program %s of %s to libxdp" % (name, obj.path))
+
+    @classmethod
+    def from_program(cls, prog: _bpf.Program) -> Component:
+        """A program already loaded as a component (a freplace program, from a dispatcher it ran in)."""
+        take_messages()
+        return cls(lib().xdp_program__from_fd(prog.fd), "read XDP program %s through libxdp" % prog.label)
+
+    @classmethod
+    def from_id(cls, prog_id: int) -> Component:
+        take_messages()
+        return cls(lib().xdp_program__from_id(prog_id), "read XDP program id %d through libxdp" % prog_id)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        if self._prog:
+            lib().xdp_program__close(self._prog)
+            self._prog = None
+
+    def configure(self, priority: int, actions: list[str]) -> None:
+        """Its run priority (lower runs first) and the verdicts after which the next program runs."""
+        _check(lib().xdp_program__set_run_prio(self._prog, priority), "set the run priority of " + self.what)
+        for number, name in XDP_ACTIONS.items():
+            _check(lib().xdp_program__set_chain_call_enabled(self._prog, number, name in actions),
+                   "set the chain call actions of " + self.what)
+
+    def fd(self) -> int:
+        return lib().xdp_program__fd(self._prog)
+
+    def attach(self, ifindex: int, mode: str) -> None:
+        """Into the interface's dispatcher (built, or rebuilt with this program added, and swapped in atomically)."""
+        take_messages()
+        _check(lib().xdp_program__attach(self._prog, ifindex, ATTACH_MODES[mode], 0),
+               "attach %s through libxdp's dispatcher on ifindex %d (%s)" % (self.what, ifindex, mode))
+
+    def detach(self, ifindex: int, mode: str) -> None:
+        """Out of the interface's dispatcher (rebuilt without it; removed with the last program)."""
+        take_messages()
+        _check(lib().xdp_program__detach(self._prog, ifindex, ATTACH_MODES[mode], 0),
+               "detach %s from libxdp's dispatcher on ifindex %d" % (self.what, ifindex))
+
+
+def _check(ret: int, what: str) -> int:
+    if ret < 0:
+        raise LibxdpError(what, -ret)
+    return ret
 
 
 # ---------------------------------------------------------------- can this kernel run the dispatcher?

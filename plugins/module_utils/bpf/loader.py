@@ -85,9 +85,14 @@ class Loaded:
     included); maps: map name -> pin path (empty when the maps were kept out of bpffs).
     """
 
-    def __init__(self, obj: _bpf.BpfObject, name: str, data_sha256: str, maps_dir: str | None):
+    def __init__(self, obj: _bpf.BpfObject, name: str, data_sha256: str, maps_dir: str | None,
+                 constants: dict | None = None):
         self.name = name
         self.data_sha256 = data_sha256
+        # How it was loaded, for a hook that loads its own copy (libxdp's dispatcher, see hooks.xdp_dispatcher).
+        self.path = obj.path
+        self.constants = constants
+        self.maps_dir = maps_dir
         self.program = obj.program(name)
         self.info = self.program.info()
         self.maps = {m: os.path.join(maps_dir, m) for m in obj.map_names()} if maps_dir else {}
@@ -154,16 +159,23 @@ def load(path: str, program: str | None, prog_type: str, constants: dict | None 
     require_object(path)
     with _bpf.BpfObject(path) as obj:
         name = select_program(obj, program, prog_type, devmap)
-        obj.only_load(name)
         if devmap:
             obj.set_expected_attach_type(name, _bpf.BPF_XDP_DEVMAP)
         if load_as:
             obj.set_type(name, load_as)
-        obj.set_constants(constants)
-        data_sha256 = obj.data_digest()
-        if maps_dir:
-            obj.pin_maps(maps_dir)
-        else:
-            obj.clear_pin_paths()
+        data_sha256 = prepare(obj, name, constants, maps_dir)
         obj.load()
-        return Loaded(obj, name, data_sha256, maps_dir)
+        return Loaded(obj, name, data_sha256, maps_dir, constants)
+
+
+def prepare(obj: _bpf.BpfObject, name: str, constants: dict | None, maps_dir: str | None) -> str:
+    """Set an opened object up to load program `name` alone, with its constants and its maps pinned in maps_dir
+    (or kept out of bpffs); the digest of its data as it will be loaded."""
+    obj.only_load(name)
+    obj.set_constants(constants)
+    data_sha256 = obj.data_digest()
+    if maps_dir:
+        obj.pin_maps(maps_dir)
+    else:
+        obj.clear_pin_paths()
+    return data_sha256

@@ -57,7 +57,7 @@ from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import (
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import observed as _observed, revisions as _revisions
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf.compile import sha256_file
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.observed import (
-    Attachment, HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed)
+    Attachment, HELD_BY_DISPATCHER, HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed)
 
 # What to do; see plan_absent, plan_present and plan_swap.
 NOTHING = "nothing"
@@ -191,7 +191,7 @@ def plan_swap(observed: Observed, in_place: bool, same_program: bool, movable: b
         return ATTACH
     if in_place and observed.holder == HELD_BY_LINK and observed.owned:
         return UPDATE_LINK
-    if in_place and observed.holder == HELD_BY_NETLINK:
+    if in_place and observed.holder in (HELD_BY_NETLINK, HELD_BY_DISPATCHER):
         return REPLACE
     if movable and observed.holder == HELD_BY_LINK and observed.owned:
         return MOVE
@@ -271,6 +271,13 @@ class HookAdapter(abc.ABC):
 
     def cleanup(self) -> None:
         """After a program was removed for good (state: absent): what the hook no longer needs."""
+
+    def prepare(self, loaded: _loader.Loaded) -> None:
+        """Before the swap: what the hook needs of the load besides the program (a hook that loads its own copy)."""
+
+    def notes(self) -> list[str]:
+        """Warnings of the hook's own about the swap it just made."""
+        return []
 
     def predict_refusal(self) -> None:
         """Check mode: raise what the kernel would refuse at attach time that no read of the hook shows."""
@@ -537,9 +544,15 @@ class Converger:
                 record.update(_revisions.advance(old, identity, self.desired.rollback))
                 _pins.Record.encode(dict(record, **WIDEST_PLACEMENT))  # fail before the swap if it cannot fit
                 self._objects().keep(self.desired.path, record)  # a rollback must find it by its digest
+                self.hook.prepare(loaded)
                 attachment = self._swap(action, observed, loaded.program)
                 fault_point("after_attach")
-                self.pins.replace_pin(loaded.program, self.pins.prog_path)
+                if attachment.program is not None:
+                    with attachment.program:  # the hook's own copy is the program on the hook
+                        record["prog_id"] = attachment.program.info()["id"]
+                        self.pins.replace_pin(attachment.program, self.pins.prog_path)
+                else:
+                    self.pins.replace_pin(loaded.program, self.pins.prog_path)
                 loaded.pin_maps()  # bcc's tables, once their program is on the hook (libbpf pinned at load)
                 fault_point("after_pin")
         except Exception:
@@ -561,14 +574,17 @@ class Converger:
     def _swap(self, action: str, observed: Observed, prog: _bpf.Program) -> Attachment:
         """Put prog on the hook in place of what was observed, as plan_swap decided."""
         if action == ATTACH:
-            return self.hook.attach(prog)
-        if action == UPDATE_LINK:
-            return self.hook.update_link(observed, prog)
-        if action == REPLACE:
-            return self.hook.replace(observed, prog)
-        if action == MOVE:
-            return self._move(observed, prog)
-        return self._reattach(observed, prog)
+            attachment = self.hook.attach(prog)
+        elif action == UPDATE_LINK:
+            attachment = self.hook.update_link(observed, prog)
+        elif action == REPLACE:
+            attachment = self.hook.replace(observed, prog)
+        elif action == MOVE:
+            attachment = self._move(observed, prog)
+        else:
+            attachment = self._reattach(observed, prog)
+        self.warnings.extend(self.hook.notes())
+        return attachment
 
     def _move(self, observed: Observed, prog: _bpf.Program) -> Attachment:
         """A program of ours held by a link, at the wrong place: the new link first, at the right place (attach()

@@ -26,6 +26,8 @@ UNMANAGED = "unmanaged"
 # How a program is held on its hook.
 HELD_BY_LINK = "link"
 HELD_BY_NETLINK = "netlink"
+# One of the programs libxdp's dispatcher runs (its freplace link pinned by libxdp, see hooks.xdp_dispatcher).
+HELD_BY_DISPATCHER = "dispatcher"
 
 
 class HookError(EbpfXdpError):
@@ -73,6 +75,9 @@ class Attachment:
     placement: str | None
     link_id: int | None
     extra: dict = dataclasses.field(default_factory=dict)
+    # The program on the hook when the hook loaded a copy of its own instead of the one given (libxdp loads a
+    # dispatcher's program as a freplace program); the caller closes it.
+    program: _bpf.Program | None = None
 
     def as_record(self) -> dict:
         # The record's keys from before the vocabulary: "attach" is the holder, "mode" the placement.

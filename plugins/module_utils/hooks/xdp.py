@@ -21,6 +21,7 @@ import errno
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import observed as _observed
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.converge import HookAdapter, register
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.xdp_dispatcher import XdpDispatcherHook
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.observed import (
     Attachment, HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed)
 
@@ -44,9 +45,16 @@ class XdpHook(HookAdapter):
 
     @classmethod
     def from_params(cls, params: dict, ifindex: int, netns_key: str) -> XdpHook:
+        """The hook's unnamed attachment (one program on the interface), or a named one (NamedXdpHook)."""
         ifname = params["interface"]
+        if params.get("name") is not None:
+            return NamedXdpHook.for_attachment(params, ifindex, netns_key)
         return cls(ifname, ifindex, _pins.PinDir.for_hook(params["pin_root"], netns_key, ifname, cls.name),
                    params["mode"])
+
+    @staticmethod
+    def check_params(p: dict) -> None:
+        XdpDispatcherHook.check_dispatcher_params(p)
 
     # ------------------------------------------------------------ reading and comparing
 
@@ -106,3 +114,20 @@ class XdpHook(HookAdapter):
             self.pin_link(_bpf.Link.create(old, self.ifindex, _bpf.BPF_XDP, MODE_FLAGS[observed.placement]))
         else:
             _bpf.xdp_attach_netlink(self.ifindex, old, MODE_FLAGS[observed.placement])
+
+
+class NamedXdpHook(XdpDispatcherHook, XdpHook):
+    """A named XDP attachment: one of the programs libxdp's dispatcher runs on the interface (hooks.xdp_dispatcher
+    says how); its pins are the attachment's own (xdp@<name>)."""
+
+    report_keys = ("mode", "priority", "chain_call_actions", "attachment")
+
+    @classmethod
+    def for_attachment(cls, params: dict, ifindex: int, netns_key: str) -> NamedXdpHook:
+        ifname = params["interface"]
+        hook = _pins.hook_dir(cls.kind, None, params["name"])
+        hook_obj = cls(ifname, ifindex, _pins.PinDir.for_hook(params["pin_root"], netns_key, ifname, hook),
+                       params["mode"])
+        hook_obj.name = hook
+        hook_obj.setup_dispatcher(params)
+        return hook_obj

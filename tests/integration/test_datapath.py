@@ -17,6 +17,8 @@ import pin_snapshot
 from conftest import BPF_DIR, VENV_PYTHON, ModuleRunner, assert_rhythm, sh, xdp_attached
 from test_devmap_group import mcast_obj  # noqa: F401  # pylint: disable=unused-import
 from test_multicast_programs import Ports, counting_hosts, udp_to
+from test_xdp_dispatcher import burst, chain, component, loader_cleanup  # noqa: F401  # pylint: disable=unused-import
+from kernel_features import xdp_loader, xdp_tools_object
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _datapath, _facts
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
@@ -211,3 +213,35 @@ def test_a_fault_after_each_change_leaves_the_host_as_it_was(switch, mcast_obj, 
     res = direct("datapath", args)
     assert len(res["changes"]) == 7 and not res.get("failed"), res
     assert direct("datapath", args)["changed"] is False
+
+
+@pytest.mark.kernel("xdp_dispatcher")
+def test_overridden_takes_out_an_undeclared_xdp_attachment_and_leaves_xdp_loaders(
+        run_distro, pair, drop_obj, loader_cleanup):  # noqa: F811
+    """Two named XDP attachments on one interface beside xdp-loader's program (libxdp's dispatcher; more in
+    test_xdp_dispatcher): gathered fed back is no change; overridden without one of them takes it out of the
+    dispatcher, the rest keep their ids."""
+    run = run_distro
+    sh(*xdp_loader(pair.rx, "load", "-m", "skb", "-P", "30", "eth0", xdp_tools_object("xdpfilt_alw_all")))
+    config = {"xdp": [component(pair, drop_obj, "counter", 10), component(pair, drop_obj, "spare", 20)]}
+    first = assert_rhythm(run, "datapath", {"config": config})[0]
+    assert [c["entry"] for c in first["changes"]] == ["config.xdp[0]", "config.xdp[1]"], first["changes"]
+    before = chain(run, pair)
+    assert [c[:3] for c in before] == [("counter", 10, "ebpf.xdp"), ("spare", 20, "ebpf.xdp"),
+                                       ("xdpfilt_alw_all", 30, "unmanaged")], before
+
+    gathered = run("datapath", {"state": "gathered", "namespaces": [pair.rx]})
+    assert [(e["name"], e["priority"], e["chain_call_actions"]) for e in gathered["gathered"]["xdp"]] == [
+        ("counter", 10, ["pass"]), ("spare", 20, ["pass"])], gathered
+    back = {"state": "overridden", "config": gathered["gathered"], "namespaces": [pair.rx]}
+    for check in (True, False):
+        res = run("datapath", back, check=check)
+        assert res["changed"] is False and not res.get("failed"), res
+
+    args = {"state": "overridden", "config": {"xdp": config["xdp"][:1]}, "namespaces": [pair.rx]}
+    taken = assert_rhythm(run, "datapath", args)[0]
+    assert [c["entry"] for c in taken["changes"]] == [
+        "the XDP hook of eth0 (attachment spare) in netns %s (not declared)" % pair.rx], taken["changes"]
+    after = chain(run, pair)
+    assert [c[3] for c in after] == [before[0][3], before[2][3]], (before, after)
+    assert burst(pair, run) == 100

@@ -11,13 +11,17 @@ Debian 12's kernel, where the dispatcher works.
 """
 
 import os
+import sys
+import threading
 
 import pytest
 
-from conftest import assert_rhythm, compile_bpf, BPF_DIR, sh
+from conftest import assert_rhythm, compile_bpf, BPF_DIR, ROOT, sh
 from kernel_features import xdp_loader, xdp_tools_object
 from ansible_collections.ebpf.xdp.plugins.module_utils import _facts
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import compile as _compile, libbpf as _bpf
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames
 
 UDP = 17
 XDP_DROP, XDP_PASS = 1, 2
@@ -52,6 +56,48 @@ def chain(run, pair):
     programs = entry["xdp_chain"] or []
     assert [(p["name"], p["priority"]) for p in programs] == listed, (programs, out)
     return [(p["attachment"] or p["name"], p["priority"], p["owner"], p["id"]) for p in programs]
+
+
+class Paced(threading.Thread):
+    """count UDP frames from the sender at a paced rate (every one delivered), in a thread, while a task runs."""
+
+    def __init__(self, pair, count=6000, rate=600):
+        super().__init__(name="paced")
+        self.pair, self.count, self.rate = pair, count, rate
+        self.sent, self.error = {}, None
+
+    def run(self):
+        try:
+            with _netns.netns(self.pair.tx):
+                frame = _frames.build_frame("udp", self.pair.tx_mac, self.pair.rx_mac, self.pair.tx_ip,
+                                            self.pair.rx_ip)
+                self.sent, _seconds = _frames.send("eth0", {"udp": frame}, self.count, rate=self.rate)
+        except Exception as exc:  # pylint: disable=broad-except  # re-raised by finish()
+            self.error = exc
+
+    def finish(self):
+        self.join()
+        if self.error:
+            raise self.error
+        assert self.sent == {"udp": self.count}, self.sent
+        return self.count
+
+
+def upgraded_under_traffic(run, pair, args, others, rhythm=True):
+    """An upgrade (its four-step rhythm, or one run) while frames flow; every frame reaches the receiver's stack
+    and every other program of ours (others: their results) counts each once. The upgraded one's result."""
+    counts = [udp_counted(other) for other in others]
+    arrived = pair.ip_in_receives()
+    paced = Paced(pair)
+    paced.start()
+    try:
+        result = assert_rhythm(run, "xdp_program", args)[0] if rhythm else run("xdp_program", args)
+        assert result["changed"] and not result.get("failed"), result
+    finally:
+        sent = paced.finish()
+    assert pair.ip_in_receives() - arrived == sent
+    assert [udp_counted(other) - before for other, before in zip(others, counts)] == [sent] * len(others)
+    return result
 
 
 def burst(pair, run, count=100):
@@ -91,24 +137,27 @@ def test_two_of_ours_beside_xdp_loaders_program(run_distro, pair, drop_obj, rele
     assert burst(pair, run) == 100
     assert udp_counted(first) == udp_counted(second) == 100
 
-    # Upgrade the second (a new load-time constant: another program), keeping its maps; the first and theirs
-    # keep running with their ids, and count exactly.
-    upgraded = assert_rhythm(run, "xdp_program", component(pair, release_obj, "second", 20))[0]
+    # Each of ours upgraded (another program: one more load-time constant in its code) while frames flow; the
+    # other one and theirs keep running with their ids, and every frame arrives, counted once by the other.
+    upgraded = upgraded_under_traffic(run, pair, component(pair, release_obj, "second", 20), [first])
     assert upgraded["id"] != second["id"] and any("both ran" in w for w in upgraded.get("warnings", [])), upgraded
-    now = chain(run, pair)
-    assert [c[3] for c in now] == [first["id"], upgraded["id"], theirs], now
+    assert [c[3] for c in chain(run, pair)] == [first["id"], upgraded["id"], theirs]
+    renewed = upgraded_under_traffic(run, pair, component(pair, release_obj, "first", 10), [upgraded], rhythm=False)
+    assert [c[3] for c in chain(run, pair)] == [renewed["id"], upgraded["id"], theirs]
+    # Their maps stayed (pinned in their attachments): both count the next frames from where they were.
+    counts = [udp_counted(renewed), udp_counted(upgraded)]
     assert burst(pair, run) == 100
-    assert udp_counted(first) == 200 and udp_counted(upgraded) == 200
+    assert [udp_counted(renewed), udp_counted(upgraded)] == [counts[0] + 100, counts[1] + 100]
 
     # A lower priority runs the second first.
     moved = assert_rhythm(run, "xdp_program", component(pair, release_obj, "second", 5))[0]
     assert [c[:2] for c in chain(run, pair)] == [("second", 5), ("first", 10), ("xdpfilt_alw_all", 30)]
 
     # Ours removed one by one; theirs stays, with its id, and frames still arrive.
-    assert_rhythm(run, "xdp_program", dict(component(pair, drop_obj, "first", 10), state="absent"))
+    assert_rhythm(run, "xdp_program", dict(component(pair, release_obj, "first", 10), state="absent"))
     assert [c[3] for c in chain(run, pair)] == [moved["id"], theirs]
-    assert_rhythm(run, "xdp_program", dict(component(pair, release_obj, "second", 5), state="absent"))
-    assert [c[3] for c in chain(run, pair)] == [theirs]
+    gone = run("xdp_program", dict(component(pair, release_obj, "second", 5), state="absent"))
+    assert gone["changed"] and [c[3] for c in chain(run, pair)] == [theirs], gone
     assert burst(pair, run) == 100
 
 
@@ -169,31 +218,10 @@ def test_priority_without_a_name_is_refused(run_distro, pair, drop_obj):
 
 
 @pytest.mark.kernel("xdp_dispatcher")
-def test_datapath_overridden_takes_out_an_undeclared_attachment_and_leaves_xdp_loaders(
-        run_distro, pair, drop_obj, loader_cleanup):
-    """ebpf.xdp.datapath with two named attachments on one interface beside xdp-loader's program: gathered fed back
-    is no change; overridden without one of them takes it out of the dispatcher, the rest keep their ids."""
-    run = run_distro
-    sh(*xdp_loader(pair.rx, "load", "-m", "skb", "-P", "30", "eth0", xdp_tools_object("xdpfilt_alw_all")))
-    config = {"xdp": [component(pair, drop_obj, "counter", 10), component(pair, drop_obj, "spare", 20)]}
-    first = assert_rhythm(run, "datapath", {"config": config})[0]
-    assert [c["entry"] for c in first["changes"]] == ["config.xdp[0]", "config.xdp[1]"], first["changes"]
-    before = chain(run, pair)
-    assert [c[:3] for c in before] == [("counter", 10, "ebpf.xdp"), ("spare", 20, "ebpf.xdp"),
-                                       ("xdpfilt_alw_all", 30, "unmanaged")], before
-
-    gathered = run("datapath", {"state": "gathered", "namespaces": [pair.rx]})
-    assert [(e["name"], e["priority"], e["chain_call_actions"]) for e in gathered["gathered"]["xdp"]] == [
-        ("counter", 10, ["pass"]), ("spare", 20, ["pass"])], gathered
-    back = {"state": "overridden", "config": gathered["gathered"], "namespaces": [pair.rx]}
-    for check in (True, False):
-        res = run("datapath", back, check=check)
-        assert res["changed"] is False and not res.get("failed"), res
-
-    args = {"state": "overridden", "config": {"xdp": config["xdp"][:1]}, "namespaces": [pair.rx]}
-    taken = assert_rhythm(run, "datapath", args)[0]
-    assert [c["entry"] for c in taken["changes"]] == [
-        "the XDP hook of eth0 (attachment spare) in netns %s (not declared)" % pair.rx], taken["changes"]
-    after = chain(run, pair)
-    assert [c[3] for c in after] == [before[0][3], before[2][3]], (before, after)
-    assert burst(pair, run) == 100
+def test_the_dispatcher_cost_benchmark_smoke():
+    """tests/benchmarks/dispatcher.py --smoke (its full run's figures are for the closing note): a dispatcher with
+    1 and 3 programs test-run beside the program alone, the figures sane, libxdp's pins gone after."""
+    pins_before = sorted(os.listdir("/sys/fs/bpf/xdp")) if os.path.isdir("/sys/fs/bpf/xdp") else []
+    res = sh(sys.executable, os.path.join(ROOT, "tests", "benchmarks", "dispatcher.py"), "--smoke")
+    assert "figures sane" in res.stdout, res.stdout
+    assert (sorted(os.listdir("/sys/fs/bpf/xdp")) if os.path.isdir("/sys/fs/bpf/xdp") else []) == pins_before

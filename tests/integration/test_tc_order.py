@@ -243,14 +243,13 @@ def test_a_new_foreign_program_in_front_is_left_where_its_tool_put_it(run_distro
 # ------------------------------------------------------------------ attachments made before names existed
 
 
-def old_collection(tmp_path):
-    """A PYTHONPATH with ansible-core and the collection as it was at BEFORE_NAMES (from this checkout's git), or
-    None where the checkout has no such history (a copy without .git)."""
+def old_collection(tmp_path, commit=BEFORE_NAMES):
+    """A PYTHONPATH with ansible-core and the collection as it was at commit (from this checkout's git), or None
+    where the checkout has no such history (a copy without .git)."""
     path = tmp_path / "old"
     tree = path / "ansible_collections" / "ebpf" / "xdp"
     tree.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", ROOT, "archive", BEFORE_NAMES, "plugins"], capture_output=True,
-                             check=False)
+    archive = subprocess.run(["git", "-C", ROOT, "archive", commit, "plugins"], capture_output=True, check=False)
     if archive.returncode != 0:
         return None
     subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
@@ -259,10 +258,10 @@ def old_collection(tmp_path):
     return str(path)
 
 
-def run_old(path, args):
-    """tc_program from the collection at path (see old_collection), run as conftest's ModuleRunner runs a module."""
-    proc = subprocess.run([SYSTEM_PYTHON, "-m", "ansible_collections.ebpf.xdp.plugins.modules.tc_program"],
-                          input=json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_module_name="tc_program")}),
+def run_old(path, args, module="tc_program"):
+    """A module of the collection at path (see old_collection), run as conftest's ModuleRunner runs a module."""
+    proc = subprocess.run([SYSTEM_PYTHON, "-m", "ansible_collections.ebpf.xdp.plugins.modules." + module],
+                          input=json.dumps({"ANSIBLE_MODULE_ARGS": dict(args, _ansible_module_name=module)}),
                           capture_output=True, text=True, cwd="/tmp", check=False,
                           env=dict(os.environ, PYTHONPATH=path))
     return module_result(proc)

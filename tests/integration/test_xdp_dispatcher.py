@@ -18,12 +18,16 @@ import pytest
 
 from conftest import assert_rhythm, compile_bpf, BPF_DIR, ROOT, sh
 from kernel_features import xdp_loader, xdp_tools_object
+from test_tc_order import old_collection, run_old
+from test_xdp_program import pins
 from ansible_collections.ebpf.xdp.plugins.module_utils import _facts
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import compile as _compile, libbpf as _bpf
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
 from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames
 
 UDP = 17
+# The last commit before named XDP attachments.
+BEFORE_XDP_NAMES = "09f31e2"
 XDP_DROP, XDP_PASS = 1, 2
 
 
@@ -225,3 +229,28 @@ def test_the_dispatcher_cost_benchmark_smoke():
     res = sh(sys.executable, os.path.join(ROOT, "tests", "benchmarks", "dispatcher.py"), "--smoke")
     assert "figures sane" in res.stdout, res.stdout
     assert (sorted(os.listdir("/sys/fs/bpf/xdp")) if os.path.isdir("/sys/fs/bpf/xdp") else []) == pins_before
+
+
+def test_an_xdp_attachment_made_before_names_keeps_working(run_distro, pair, drop_obj, release_obj, pin_root,
+                                                           tmp_path):
+    """An XDP attachment made by the collection before names (its code from git; in a copy without history, by
+    this code, whose unnamed attachment is unchanged): a task without a name is no change, upgrades it in place,
+    with its pins and maps, and removes it."""
+    old_path = old_collection(tmp_path, BEFORE_XDP_NAMES)
+    args = dict(interface="eth0", netns=pair.rx, object=drop_obj, mode="generic", constants={"xdp_action": XDP_PASS})
+    if old_path:
+        made = run_old(old_path, dict(args, pin_root=pin_root), "xdp_program")
+    else:
+        made = run_distro("xdp_program", args)
+    assert made["changed"] and not made.get("failed"), made
+    assert made["pin_dir"] == os.path.join(pin_root, pair.rx, "eth0", "xdp")
+    before = pins(pin_root)
+    for check in (True, False):
+        same = run_distro("xdp_program", args, check=check)
+        assert same["changed"] is False and same["id"] == made["id"] and "attachment" not in same, same
+    assert pins(pin_root) == before
+    up = assert_rhythm(run_distro, "xdp_program", dict(args, object=release_obj))[0]
+    assert up["id"] != made["id"] and up["pin_dir"] == made["pin_dir"] and up["revision"]["number"] == 2, up
+    assert up["maps"] == made["maps"] and up["attach"] == "link", up
+    assert_rhythm(run_distro, "xdp_program", dict(args, state="absent"))
+    assert pins(pin_root) == [] and pair.xdp_prog_id() is None

@@ -16,10 +16,11 @@ import uuid
 import pytest
 
 from conftest import SYSTEM_PYTHON, VENV_PYTHON, ModuleRunner, ansible_env, sh
-from kernel_features import needs
+from kernel_features import needs, xdp_loader, xdp_tools_object
 from test_tc_program import TC_SHOT, filters
 from test_tc_redirect_programs import eventually
 from test_xdp_program import pins
+from test_xdp_dispatcher import chain, component, loader_cleanup, release_obj  # noqa: F401  # pylint: disable=unused-import
 from test_zero_loss import direct, drop_v2, tc_v2  # noqa: F401  # pylint: disable=unused-import
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
@@ -117,6 +118,34 @@ def test_tc_killed_at_each_step(pair, tc_obj, tc_v2, pin_root, method, point, st
         assert [f["options"]["prog"]["id"] for f in filters(pair.rx)] == [res["id"]] and tcx_prog_ids(pair.rx) == []
     gone = direct("tc_program", dict(interface="eth0", netns=pair.rx, method=method, state="absent"))
     assert gone["changed"] and filters(pair.rx) == [] and tcx_prog_ids(pair.rx) == [] and pins(pin_root) == []
+
+
+@pytest.mark.kernel("xdp_dispatcher")
+def test_named_xdp_killed_then_converges_with_one_program_of_ours(run_distro, pair, drop_obj, release_obj,  # noqa
+                                                                   pin_root, loader_cleanup):
+    """A named XDP attachment (libxdp's dispatcher, see test_xdp_dispatcher) killed before its first record was
+    written, or after an upgrade's attach (the record names the old program): the next run takes the program back
+    (its maps are ours) instead of adding a second one, the one after changes nothing, and the dispatcher runs
+    one program of ours beside xdp-loader's."""
+    run = run_distro
+    sh(*xdp_loader(pair.rx, "load", "-m", "skb", "-P", "30", "eth0", xdp_tools_object("xdpfilt_alw_all")))
+    directory = os.path.join(pin_root, pair.rx, "eth0", "xdp@counter")
+    for step, point in (("attach", "before_record"), ("upgrade", "after_attach")):
+        args = component(pair, drop_obj, "counter", 10)
+        if step == "upgrade":
+            assert run("xdp_program", args)["changed"] is True
+            args = component(pair, release_obj, "counter", 10)
+        res = run("xdp_program", args, env={_converge.FAULT_POINT_ENV: point})
+        assert res.get("killed"), res
+        first = run("xdp_program", args)
+        assert not first.get("failed") and any("taken back" in w for w in first.get("warnings", [])), (point, first)
+        assert run("xdp_program", args)["changed"] is False
+        now = chain(run, pair)
+        assert [c[:3] for c in now] == [("counter", 10, "ebpf.xdp"), ("xdpfilt_alw_all", 30, "unmanaged")], \
+            (step, point, now)
+        assert sorted(os.listdir(directory)) == ["maps", "owner", "prog"], (step, point)
+        gone = run("xdp_program", dict(args, state="absent"))
+        assert gone["changed"] and [c[2] for c in chain(run, pair)] == ["unmanaged"], (step, point, gone)
 
 
 # ---------------------------------------------------------------- the interface and its namespace

@@ -77,20 +77,25 @@ class XdpDispatcherHook:
         return _libxdp.dispatcher_chain(self.ifindex)
 
     def observe(self) -> Observed:
+        """Our program among the dispatcher's: the one our record names or, left by a run killed between the
+        attach and the record, one that uses the maps pinned in our maps/ (Converger.adopt takes it back)."""
         record = self.pins.record.read()
-        chain = self.chain() if _libxdp.available() else None
-        if not record or not chain:
-            return Observed()
-        for component in chain["programs"]:
-            if component["id"] == record.get("prog_id"):
-                with _bpf.Program.from_id(component["id"]) as prog:
-                    info = prog.info()
-                return Observed(prog_id=component["id"], name=info["name"], tag=info["tag"], placement=chain["mode"],
-                                holder=HELD_BY_DISPATCHER, record=record, map_ids=info["map_ids"],
-                                extra={"priority": component["priority"],
-                                       "chain_call_actions": component["chain_call_actions"],
-                                       "attachment": self.attachment})
-        return Observed()
+        chain = self.chain() if _libxdp.available() and self.pins.exists() else None
+        orphan = None
+        for component in (chain or {}).get("programs", []):
+            with _bpf.Program.from_id(component["id"]) as prog:
+                info = prog.info()
+            found = Observed(prog_id=component["id"], name=info["name"], tag=info["tag"], placement=chain["mode"],
+                             holder=HELD_BY_DISPATCHER, map_ids=info["map_ids"],
+                             extra={"priority": component["priority"],
+                                    "chain_call_actions": component["chain_call_actions"],
+                                    "attachment": self.attachment})
+            if record and component["id"] == record.get("prog_id"):
+                found.record = record
+                return found
+            if orphan is None and self.pins.holds(component["id"], info["map_ids"]):
+                orphan = found
+        return orphan or Observed()
 
     def refuse(self, observed: Observed) -> None:  # pylint: disable=unused-argument
         if self.present:

@@ -17,7 +17,8 @@ test-run: every copy runs, one after the other, as on a real frame. In each roun
 as a plain XDP program) and an empty XDP program (XDP_PASS) are test-run right after, so a CPU that changes
 speed shows in all three. Printed per N: the medians of the dispatcher, the program alone and the empty
 program, and what the dispatcher adds per program beyond running the program: (dispatcher - empty - N *
-(alone - empty)) / N. --smoke: 1 and 3 programs, 100,000 repeats, one round, and the figures must be sane.
+(alone - empty)) / N. --smoke: 1 and 3 programs, 100,000 repeats, one round, and the figures must be sane; where the dispatcher
+cannot work (this development machine) it says why and measures nothing.
 """
 
 import argparse
@@ -115,7 +116,10 @@ def main():
         counts, repeat, rounds = [1, 3], 100000, 1
     refusal = _libxdp.dispatcher_refusal()
     if refusal:
-        sys.exit("dispatcher.py: libxdp's dispatcher cannot work here: %s" % refusal)
+        # make benchmark(-smoke) runs every benchmark on this machine; make test-vm runs the smoke where the
+        # dispatcher works, and the module docstring says how to run the full measurement there.
+        print("dispatcher.py: nothing to measure, libxdp's dispatcher cannot work here: %s" % refusal)
+        return
     with tempfile.TemporaryDirectory() as directory:
         rows = measure(compile_object(directory), counts, repeat, rounds)
     print("%-9s %12s %12s %12s %18s %10s"

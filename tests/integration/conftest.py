@@ -128,8 +128,9 @@ def pytest_collection_modifyitems(session, config, items):  # pylint: disable=un
 
 # The files whose tests take minutes in all (Ansible runs, the lab, a fleet), longest first: measured with
 # --junitxml in make integration-shared (.build/test-logs/integration-shared.xml).
+# test_xdp_dispatcher.py is the longest of make test-vm's run inside the VM (here its tests are refusals).
 LONGEST_FIRST = ("test_xdp_metrics.py", "test_rollout.py", "test_lab.py", "test_bcc_backend.py",
-                 "test_traffic_roles.py")
+                 "test_traffic_roles.py", "test_xdp_dispatcher.py")
 
 
 def _file_rank(item):

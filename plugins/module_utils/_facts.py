@@ -121,10 +121,6 @@ def tc_entries(pin_root: str, key: str, ifname: str, ifindex: int) -> dict:
     return out
 
 
-# The name libxdp gives its dispatcher program (xdp-dispatcher.o).
-DISPATCHER_NAME = "xdp_dispatcher"
-
-
 def xdp_chain(pin_root: str, key: str, ifname: str, ifindex: int, warnings: list[str] | None) -> list[dict] | None:
     """The programs libxdp's dispatcher on the interface runs, in run order (None: no dispatcher there), each with
     its priority and chain call actions, ours with the name of their attachment."""
@@ -190,7 +186,7 @@ def _snapshot(pin_root: str, netns: str | None, wanted: list[str], warnings: lis
         if prog_id:
             pins = _pins.PinDir.for_hook(pin_root, key, name, "xdp")
             entry["xdp"] = _still_there(_observed.observe_xdp, iface["ifindex"], iface["xdp"], pins)
-            if entry["xdp"] and entry["xdp"]["name"] == DISPATCHER_NAME:
+            if entry["xdp"] and entry["xdp"]["name"] == _libxdp.DISPATCHER_NAME:
                 entry["xdp_chain"] = xdp_chain(pin_root, key, name, iface["ifindex"], warnings)
         out[name] = entry
     missing = sorted(set(wanted or ()) - set(out))

@@ -37,6 +37,8 @@ XDP_ACTIONS = {0: "aborted", 1: "drop", 2: "pass", 3: "tx", 4: "redirect"}
 # enum xdp_attach_mode.
 ATTACH_MODES = {"native": 1, "generic": 2}
 MODE_NAMES = {1: "native", 2: "generic", 3: "offload"}
+# The name of libxdp's dispatcher program (xdp-dispatcher.o), the program an interface with several runs.
+DISPATCHER_NAME = "xdp_dispatcher"
 # libxdp's limit (XDP_DISPATCHER_MAX_PROGS in the dispatcher it ships).
 MAX_PROGRAMS = 10
 # Where Debian's libxdp1 (and a source build) keeps the dispatcher object; the support probe loads it.

@@ -29,12 +29,12 @@ import time
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import (
     libbpf as _bpf, libxdp as _libxdp, loader as _loader, pins as _pins)
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import observed as _observed
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.observed import (
     Attachment, HELD_BY_DISPATCHER, HookError, Observed)
 
 DEFAULT_PRIORITY = 50  # libxdp's default run priority (XDP_DEFAULT_RUN_PRIO)
 DEFAULT_ACTIONS = ["pass"]  # libxdp's default chain call actions
-DISPATCHER_NAME = "xdp_dispatcher"
 
 
 class XdpDispatcherHook:
@@ -115,8 +115,7 @@ class XdpDispatcherHook:
                     raise HookError("%s has no BTF, which libxdp's dispatcher needs to run its program as attachment "
                                     "%s (compile it with -g, as ebpf.xdp.bpf_object does); nothing was changed"
                                     % (self.object_path, self.attachment))
-        xdp = _bpf.xdp_query(self.ifindex)
-        prog_id = xdp.get("prog_id") or xdp.get("native_prog_id") or xdp.get("generic_prog_id")
+        prog_id, _mode = _observed.xdp_live(_bpf.xdp_query(self.ifindex))
         chain = self.chain()
         if prog_id and chain is None:
             with _bpf.Program.from_id(prog_id) as prog:

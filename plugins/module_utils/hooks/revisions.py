@@ -33,6 +33,12 @@ record still names it as its current or previous revision. A reference
 whose record is gone (a removed pin root, a reboot that emptied bpffs) is
 dropped when the store is next collected, so the store does not grow
 without bound. Stores are shared by every pin root and namespace on a host.
+
+A reference is written before the swap and its record after it, so while a
+run is between the two its record does not name the object yet. The run
+holds a shared lock on each reference it wrote until its record is written
+(or its process ends); a collection by any other run leaves a locked
+reference, and its object, alone.
 """
 
 from __future__ import annotations
@@ -266,8 +272,23 @@ class ObjectStore:
     def _reference(self, digest: str, owner: str) -> None:
         refs = self._refs(digest)
         os.makedirs(refs, 0o700, exist_ok=True)
-        with open(os.path.join(refs, _ref_name(owner)), "w") as handle:
-            handle.write(owner)
+        ref_path = os.path.join(refs, _ref_name(owner))
+        fd = os.open(ref_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, owner.encode("utf-8"))
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        except BaseException:
+            os.close(fd)
+            raise
+        with contextlib.suppress(OSError):
+            os.close(_in_flight.pop(ref_path, -1))
+        _in_flight[ref_path] = fd
+
+    def recorded(self, owner: str) -> None:
+        """The record at `owner` is written (or gone): its references are no longer in flight."""
+        name = _ref_name(owner)
+        for ref_path in [p for p in _in_flight if os.path.basename(p) == name]:
+            os.close(_in_flight.pop(ref_path))
 
     def release(self, digests, owner: str) -> None:
         """The record at `owner` no longer needs `digests`: drop its references and collect the store (at the
@@ -316,7 +337,30 @@ def _ref_name(owner: str) -> str:
     return hashlib.sha256(owner.encode("utf-8")).hexdigest()[:32]
 
 
+# The references this process wrote whose records are not written yet: path -> descriptor holding the lock.
+_in_flight: dict[str, int] = {}
+
+
+def _held_by_a_run(ref_path: str) -> bool:
+    """A run between writing this reference and writing its record holds a shared lock on it."""
+    try:
+        fd = os.open(ref_path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 def _still_referenced(ref_path: str, digest: str, deep: bool) -> bool:
+    return _names_it(ref_path, digest, deep) or _held_by_a_run(ref_path)
+
+
+def _names_it(ref_path: str, digest: str, deep: bool) -> bool:
     try:
         with open(ref_path) as handle:
             owner = handle.read()
@@ -377,3 +421,4 @@ class Keeper:
         """After the record is written (or removed): let go of what `old` referenced and `new` does not."""
         if self.store:
             self.store.release(referenced(old) - referenced(new), self.owner)
+            self.store.recorded(self.owner)

@@ -117,8 +117,31 @@ def test_store_keeps_by_digest_and_collects_what_no_record_references(tmp_path):
     src.write_bytes(b"object two")
     second = sha256_file(str(src))
     store.keep(str(src), second, str(other))
+    store.recorded(str(other))  # its run ended without writing the record
     store.release([digest], str(owner))
     assert store.digests() == [], "released, and the other's record does not exist"
+
+
+def test_a_reference_whose_record_is_not_written_yet_survives_a_collection(tmp_path):
+    """A run keeps its object before the swap and writes its record after it: a collection by another run in
+    between (another namespace of the host releasing the same or another object) must not take the object.
+    flock locks belong to open files, so the keeper's lock holds against this process's collection too."""
+    src = tmp_path / "prog.o"
+    src.write_bytes(b"object")
+    digest = sha256_file(str(src))
+    store = ObjectStore(str(tmp_path / "objects"))
+    first, second = tmp_path / "first", tmp_path / "second"  # record pins, neither written yet
+    store.keep(str(src), digest, str(first))
+    store.keep(str(src), digest, str(second))
+    store.release([digest], str(second))  # the second run failed and let go: the first is still in flight
+    assert store.digests() == [digest]
+    first.write_text("")  # its record is written (the test's stand-in names nothing: a shallow check keeps it)
+    store.recorded(str(first))
+    store.release([], str(second))
+    assert store.digests() == [digest]
+    first.unlink()
+    store.release([], str(second))
+    assert store.digests() == [], "its record gone and its run over: collected"
 
 
 def test_store_refuses_a_copy_that_changed(tmp_path):

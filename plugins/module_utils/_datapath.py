@@ -38,7 +38,7 @@ import os
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _common
+from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _facts
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import bcc as _bcc, compile as _compile
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge, revisions as _revisions
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns, session as _session
@@ -69,6 +69,10 @@ ARGS = dict(
     namespaces=dict(type="list", elements="str", default=[]),
     sources=dict(type="dict", options=dict(dir=dict(type="path", required=True),
                                            files=dict(type="dict", required=True))),
+    facts_before=dict(type="dict", options=dict(interfaces=dict(type="list", elements="str", default=[]),
+                                                netns=dict(type="str"),
+                                                rate_interval=dict(type="float", default=0),
+                                                only_if_changing=dict(type="bool", default=True))),
     **_common.PIN_ROOT_ARGS,
 )
 # Set once for the whole task, never per entry.
@@ -445,6 +449,15 @@ class Run:
                         entries=[{"key": e["key"], "value": e["value"]} for e in earlier if "value" in e])
         return None
 
+    def rehearse(self, sources: _compile.Sources | None, steps: list, gathered: dict) -> bool:
+        """Whether the steps would change anything: the same steps in check mode, nothing written."""
+        rehearsal = Run(self.pin_root, True, self.run_command, self.find_clang)
+        if sources:
+            rehearsal.ship(sources)
+        for section, index, step_params in steps:
+            rehearsal.step(section, index, copy.deepcopy(step_params), gathered)
+        return bool(rehearsal.changes)
+
     def forget(self) -> None:
         """The run is over: let go of the hooks held for a put-back."""
         for _section, undo, _label in self.journal:
@@ -478,23 +491,43 @@ def run(params: dict, check_mode: bool, run_command, find_clang) -> tuple[dict, 
     if state == "gathered":
         return dict(changed=False, gathered=before, namespaces=namespaces, invocation=invocation(params)), []
     sources = _compile.Sources(params["sources"]["dir"], params["sources"]["files"]) if params["sources"] else None
+    steps = plan(state, validated, before, pin_root)
     job = Run(pin_root, check_mode, run_command, find_clang)
     # Every entry reads the host through one session; the object store lets go of a revision's object only
     # once the run is over (a put-back may need it again).
     with _session.host(), _revisions.releases_deferred():
+        facts = read_facts_before(params, check_mode, lambda: job.rehearse(sources, steps, before))
         try:
             if sources:
                 job.ship(sources)
-            for section, index, step_params in plan(state, validated, before, pin_root):
+            for section, index, step_params in steps:
                 job.step(section, index, copy.deepcopy(step_params), before)
         finally:
             job.forget()
     after = before if not job.changes else (predict(before, job.changes) if check_mode else
                                             gather(pin_root, namespaces))
     result = dict(changed=bool(job.changes), before=before, after=after, changes=job.changes,
-                  item_results=job.results, namespaces=namespaces, invocation=invocation(params))
+                  item_results=job.results, namespaces=namespaces, invocation=invocation(params),
+                  facts_before=facts)
     result["diff"] = dict(before=before, after=after)
     return result, job.warnings
+
+
+def read_facts_before(params: dict, check_mode: bool, would_change) -> dict | None:
+    """The host's XDP facts (xdp_facts' ansible_facts.xdp) before the run's first change, where facts_before
+    asks for them: a rollout's health gate compares with them, and reading them here spares every host a
+    module run of its own. With only_if_changing, a run that will change nothing (would_change(), a check-mode
+    pass over the same steps) reads nothing, and sleeps no rate interval. Never in check mode."""
+    wanted = params.get("facts_before")
+    if wanted and wanted["rate_interval"] < 0:
+        raise ConfigError("facts_before.rate_interval must not be negative")
+    if not wanted or check_mode or (wanted["only_if_changing"] and not would_change()):
+        return None
+    netns, interfaces = wanted["netns"], wanted["interfaces"]
+    with _netns.netns(netns):
+        if wanted["rate_interval"]:
+            return _facts.with_rates(params["pin_root"], netns, interfaces, wanted["rate_interval"])
+        return _facts.snapshot(params["pin_root"], netns, interfaces)
 
 
 def invocation(params: dict) -> dict:

@@ -122,6 +122,37 @@ options:
             P(ansible.builtin.file#lookup) lookup with C(rstrip=false).
         type: dict
         required: true
+  facts_before:
+    description:
+      - Read the host's XDP facts, as M(ebpf.xdp.xdp_facts) returns them (its C(ansible_facts.xdp)), just before
+        the task's first change, into RV(facts_before). A rollout's health gate compares the counters after a
+        change with these; reading them here spares each host a module run of its own.
+      - Not in check mode. Read under O(pin_root).
+    type: dict
+    suboptions:
+      interfaces:
+        description:
+          - Interfaces to read, as O(ebpf.xdp.xdp_facts#module:interfaces) (empty is every interface).
+        type: list
+        elements: str
+        default: []
+      netns:
+        description:
+          - The namespace to read, as O(ebpf.xdp.xdp_facts#module:netns) (default the module's own).
+        type: str
+      rate_interval:
+        description:
+          - As O(ebpf.xdp.xdp_facts#module:rate_interval) - with rates, the task waits this long before its first
+            change.
+        type: float
+        default: 0
+      only_if_changing:
+        description:
+          - Read only when the task will change something (entries checked as in check mode first), so a
+            task that changes nothing reads nothing and waits no O(facts_before.rate_interval). V(false) reads
+            them anyway, for changes that later tasks make.
+        type: bool
+        default: true
 attributes:
   check_mode:
     support: full
@@ -216,6 +247,15 @@ item_results:
   type: dict
   sample: {xdp: [{changed: true, id: 42, mode: native, item: {interface: eth0, mode: native}}], tc: [],
            objects: [], devmap_groups: [], map_entries: []}
+facts_before:
+  description:
+    - The host's XDP facts before the task's first change (see O(facts_before)), in the shape of
+      M(ebpf.xdp.xdp_facts)' C(ansible_facts.xdp). Null when not asked for, in check mode, and when
+      O(facts_before.only_if_changing) and the task changed nothing.
+  returned: unless O(state=gathered)
+  type: dict
+  sample: {interfaces: {eth0: {ifindex: 2, stats: {rx_packets: 1200}, rates: {stats: {rx_packets: 400.0}}}},
+           rate_interval: 1.001}
 namespaces:
   description: The namespaces the task read and could clean up (null is the module's own).
   returned: always

@@ -245,3 +245,38 @@ def test_overridden_takes_out_an_undeclared_xdp_attachment_and_leaves_xdp_loader
     after = chain(run, pair)
     assert [c[3] for c in after] == [before[0][3], before[2][3]], (before, after)
     assert burst(pair, run) == 100
+
+
+def test_facts_before_are_read_just_before_the_first_change_and_only_then(run_distro, pair, drop_obj):
+    """facts_before (what a rollout's gate compares with): a run that changes the program returns the old
+    program's counters, exact, with rates; a run that changes nothing, and check mode, read nothing; with
+    only_if_changing false a run that changes nothing reads them anyway."""
+    entry = dict(interface="eth0", netns=pair.rx, object=drop_obj, mode="native", constants={"xdp_action": 2})
+    facts_before = dict(netns=pair.rx, interfaces=["eth0"], rate_interval=0.2)
+    first = run_distro("datapath", {"config": {"xdp": [entry]}, "facts_before": facts_before})
+    assert first["changed"] and not first.get("failed"), first
+    assert first["facts_before"]["interfaces"]["eth0"]["xdp"] is None, "no program before the first attach"
+    frame = _frames.build_frame("udp", pair.tx_mac, pair.rx_mac, pair.tx_ip, pair.rx_ip)
+    with _netns.netns(pair.tx):
+        sent, _seconds = _frames.send("eth0", {"udp": frame}, 40, rate=20000)
+    assert sent == {"udp": 40}
+    for check in (True, False):
+        unchanged = run_distro("datapath", {"config": {"xdp": [entry]}, "facts_before": facts_before}, check=check)
+        assert not unchanged["changed"] and unchanged["facts_before"] is None, unchanged
+    anyway = dict(facts_before, rate_interval=0, only_if_changing=False)
+    unchanged = run_distro("datapath", {"config": {"xdp": [entry]}, "facts_before": anyway})
+    # Counted per protocol: the UDP frames sent, exactly (the interface's own IPv6 chatter is "other").
+    assert not unchanged["changed"] and unchanged["facts_before"]["interfaces"]["eth0"]["xdp"]["protocols"]["udp"] \
+        == 40, unchanged
+    # An upgrade (the same program, dropping): the facts are the passing program's, read before the swap.
+    upgrade = {"config": {"xdp": [dict(entry, constants={"xdp_action": 1})]}, "facts_before": facts_before}
+    predicted = run_distro("datapath", upgrade, check=True)
+    assert predicted["changed"] and predicted["facts_before"] is None, predicted
+    res = run_distro("datapath", upgrade)
+    assert res["changed"] and not res.get("failed"), res
+    old = res["facts_before"]["interfaces"]["eth0"]
+    assert old["xdp"]["id"] == first["item_results"]["xdp"][0]["id"], (old, first["item_results"])
+    assert old["xdp"]["protocols"]["udp"] == 40 and old["xdp"]["protocol_rates"]["udp"] == 0.0, old["xdp"]
+    assert "rates" in old and res["facts_before"]["rate_interval"] >= 0.2, res["facts_before"]
+    bad = run_distro("datapath", {"config": {"xdp": [entry]}, "facts_before": dict(facts_before, rate_interval=-1)})
+    assert bad.get("failed") and "facts_before.rate_interval must not be negative" in bad["msg"], bad

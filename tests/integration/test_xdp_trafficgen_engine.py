@@ -278,10 +278,14 @@ def test_frames_stay_the_template_through_a_router(run_distro, chain, drop_obj, 
     res = run_distro("xdp_trafficgen", dict(interface="eth0", netns=chain.tx, engine="xdp", object=tg_obj,
                                             src_ip=addr["tx"], dst_ip=addr["rx"], dst_mac=router_mac,
                                             count=100000, src_port=1000, src_port_max=1999))
-    assert res["sent"] == {"udp": 100000} and res["tx_dropped"] == 0, res
-    assert rx_counts(chain.rt)[17] == 100000
+    # The router forwards through its stack, unpaced: on a loaded machine its ring refuses some frames
+    # (tx_dropped, not in `sent`, seen once in CI: 39330). What left the interface must all arrive, rebuilt:
+    # far more than one page pool's worth (batch_size 64 pages), so the recycled pages went through.
+    sent = res["sent"]["udp"]
+    assert sent + res["tx_dropped"] == 100000 and sent > 100 * 64, res
+    assert rx_counts(chain.rt)[17] == sent
     assert otherhost_drops(chain.rt) == 0
-    assert rx_counts(chain.rx)[17] == 100000
+    assert rx_counts(chain.rx)[17] == sent
 
 
 # ---------------------------------------------------------------- auto, check mode, refusals

@@ -110,3 +110,20 @@ def test_deleted_removes_the_declared_or_with_none_everything_gathered():
 def test_gathered_entries_fed_back_are_valid_config():
     validate({section: GATHERED[section] for section in GATHERED}, PIN_ROOT)
     assert set(_datapath.STATES) == {"merged", "replaced", "overridden", "deleted", "gathered"}
+
+
+def test_facts_before_are_not_read_unless_asked_outside_check_mode_and_before_a_change():
+    asked = dict(interfaces=[], netns=None, rate_interval=0, only_if_changing=True)
+    rehearsals = []
+
+    def would_change(answer):
+        return lambda: rehearsals.append(answer) or answer
+
+    params = dict(pin_root="/sys/fs/bpf/x", facts_before=None)
+    assert _datapath.read_facts_before(params, False, would_change(True)) is None and rehearsals == []
+    params["facts_before"] = asked
+    assert _datapath.read_facts_before(params, True, would_change(True)) is None and rehearsals == [], "check mode"
+    assert _datapath.read_facts_before(params, False, would_change(False)) is None and rehearsals == [False]
+    params["facts_before"] = dict(asked, rate_interval=-1)
+    with pytest.raises(ConfigError, match="facts_before.rate_interval must not be negative"):
+        _datapath.read_facts_before(params, True, would_change(True))

@@ -21,6 +21,8 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible.module_utils.common.respawn import has_respawned, probe_interpreters_for_module, respawn_module
 
+# First of the collection's own: the rest of them load from compiled bytecode kept on the host (see _bytecode).
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bytecode  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import bcc as _bcc, libbpf as _bpf, pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils.host.privileges import BPF_CAPABILITIES, missing_capabilities
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf.compile import CompileError

@@ -2,6 +2,7 @@
 # `make molecule`: run the molecule scenarios in podman containers.
 #   bash scripts/molecule.sh             molecule test (scenario default)
 #   bash scripts/molecule.sh converge    any molecule command and its arguments
+#   bash scripts/molecule.sh image       only the set-up and the base image
 #
 # Installs podman and debootstrap if missing, selects the project's podman
 # configuration, builds the base image once (rebuilt only when its recipe
@@ -70,6 +71,8 @@ if [[ "$have" != "$recipe" ]]; then
 	[[ -z "$old" ]] || podman rmi "$old" >/dev/null 2>&1 || true
 	echo "molecule.sh: built $IMAGE in $((SECONDS - start)) s"
 fi
+
+[[ ${1:-} != image ]] || exit 0
 
 export PATH=$ROOT/.venv/bin:$PATH
 export ANSIBLE_CONFIG=$ROOT/ansible.cfg

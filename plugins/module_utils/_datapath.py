@@ -42,6 +42,7 @@ from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _facts
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import bcc as _bcc, compile as _compile
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge, revisions as _revisions
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns, session as _session
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import toolchain as _toolchain
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils.maps import devmap as _devmap, map_entry as _map_entry
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
@@ -73,6 +74,8 @@ ARGS = dict(
                                                 netns=dict(type="str"),
                                                 rate_interval=dict(type="float", default=0),
                                                 only_if_changing=dict(type="bool", default=True))),
+    # toolchain_facts' options, checked by toolchain_unready() against that module's spec.
+    toolchain=dict(type="dict"),
     **_common.PIN_ROOT_ARGS,
 )
 # Set once for the whole task, never per entry.
@@ -528,6 +531,21 @@ def read_facts_before(params: dict, check_mode: bool, would_change) -> dict | No
         if wanted["rate_interval"]:
             return _facts.with_rates(params["pin_root"], netns, interfaces, wanted["rate_interval"])
         return _facts.snapshot(params["pin_root"], netns, interfaces)
+
+
+def toolchain_unready(params: dict, run_command, find_program) -> dict | None:
+    """With `toolchain`, the host's toolchain facts (toolchain_facts' ansible_facts.ebpf_xdp_toolchain) when
+    the host lacks part of it: the task then changes nothing, and the role ebpf.xdp.toolchain prepares the host
+    before running it again. None when the host is ready or nothing was asked. Read before any library is
+    needed: a host that has nothing yet answers too."""
+    if params.get("toolchain") is None:
+        return None
+    result = ArgumentSpecValidator(_toolchain.ARGS).validate(dict(params["toolchain"]))
+    if result.error_messages:
+        raise ConfigError("toolchain: %s" % "; ".join(result.error_messages))
+    wanted = result.validated_parameters
+    facts = _toolchain.read(run_command, find_program, **dict(wanted, require=wanted["require"] or {}))
+    return None if facts["ready"] else facts
 
 
 def invocation(params: dict) -> dict:

@@ -153,6 +153,14 @@ options:
             them anyway, for changes that later tasks make.
         type: bool
         default: true
+  toolchain:
+    description:
+      - Check first that the host has what the collection needs, as M(ebpf.xdp.toolchain_facts) does with the same
+        options (O(ebpf.xdp.toolchain_facts#module:require) says what ready means). A host that lacks part of it
+        is left as it is - nothing read, written or removed - and RV(toolchain) says what it lacks; the role
+        P(ebpf.xdp.xdp_deploy#role) then prepares it (P(ebpf.xdp.toolchain#role)) and runs the task again.
+      - So a provisioned host costs no module run of its own for the check.
+    type: dict
 attributes:
   check_mode:
     support: full
@@ -216,12 +224,12 @@ EXAMPLES = r"""
 RETURN = r"""
 before:
   description: The host's attachments and groups before the task, in the shape of O(config) (see RV(gathered)).
-  returned: unless O(state=gathered)
+  returned: unless O(state=gathered) or the host is not ready (RV(toolchain))
   type: dict
 after:
   description:
     - The same after the task. In check mode, RV(before) with C(changed_entries), the entries that would change.
-  returned: unless O(state=gathered)
+  returned: unless O(state=gathered) or the host is not ready (RV(toolchain))
   type: dict
 gathered:
   description:
@@ -234,7 +242,7 @@ gathered:
                   program: null, constants: {}, mode: native}], tc: [], devmap_groups: []}
 changes:
   description: One item per entry that changed (or would), in the order they ran.
-  returned: unless O(state=gathered)
+  returned: unless O(state=gathered) or the host is not ready (RV(toolchain))
   type: list
   elements: dict
   sample: [{entry: "config.xdp[0]", section: xdp, state: present, diff: {}}]
@@ -243,7 +251,7 @@ item_results:
     - Per section of O(config), one result per entry, in order - what the entry's module returns for it (for
       example RV(ebpf.xdp.xdp_program#module:id), RV(ebpf.xdp.xdp_program#module:revision)) - with the entry,
       its defaults filled in, as C(item).
-  returned: unless O(state=gathered)
+  returned: unless O(state=gathered) or the host is not ready (RV(toolchain))
   type: dict
   sample: {xdp: [{changed: true, id: 42, mode: native, item: {interface: eth0, mode: native}}], tc: [],
            objects: [], devmap_groups: [], map_entries: []}
@@ -252,15 +260,22 @@ facts_before:
     - The host's XDP facts before the task's first change (see O(facts_before)), in the shape of
       M(ebpf.xdp.xdp_facts)' C(ansible_facts.xdp). Null when not asked for, in check mode, and when
       O(facts_before.only_if_changing) and the task changed nothing.
-  returned: unless O(state=gathered)
+  returned: unless O(state=gathered) or the host is not ready (RV(toolchain))
   type: dict
   sample: {interfaces: {eth0: {ifindex: 2, stats: {rx_packets: 1200}, rates: {stats: {rx_packets: 400.0}}}},
            rate_interval: 1.001}
 namespaces:
   description: The namespaces the task read and could clean up (null is the module's own).
-  returned: always
+  returned: unless the host is not ready (RV(toolchain))
   type: list
   elements: str
+toolchain:
+  description:
+    - The host's toolchain facts, as M(ebpf.xdp.toolchain_facts) returns them, with C(ready) false and C(unready)
+      (what the host lacks, in words). The task changed nothing.
+  returned: when O(toolchain) is given and the host is not ready
+  type: dict
+  sample: {ready: false, unready: ["packages not installed: clang, libbpf1"], packages: {clang: null}}
 put_back:
   description: When an entry failed, what the run had changed and put back (or could not).
   returned: on failure after a change
@@ -271,9 +286,17 @@ put_back:
 from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _datapath
 
 
+def leave_an_unready_host(module):
+    """With toolchain, a host that lacks part of it is left as it is, before any library is needed."""
+    toolchain = _datapath.toolchain_unready(module.params, module.run_command, module.get_bin_path)
+    if toolchain:
+        module.exit_json(changed=False, toolchain=toolchain, invocation=_datapath.invocation(module.params))
+
+
 def main():
     _common.run_module(
         _datapath.ARGS,
+        prepare=leave_an_unready_host,
         work=lambda params, check_mode, module: _datapath.run(params, check_mode, module.run_command,
                                                               module.get_bin_path),
         failure=lambda params: dict(changed=False, put_back=[], invocation=_datapath.invocation(params)))

@@ -40,6 +40,48 @@ options:
     type: list
     elements: path
     default: []
+  require:
+    description:
+      - What a host needs to be ready for the collection. When given, the facts say whether it is
+        (C(ready)) and, in words, what it lacks (C(unready)); the role P(ebpf.xdp.toolchain#role) skips its install
+        steps on a ready host, and M(ebpf.xdp.datapath) (its O(ebpf.xdp.datapath#module:toolchain)) changes
+        nothing on a host that is not.
+      - Always required besides these - bpffs mounted at O(bpffs_path), a kernel with the bpf() syscall, and
+        C(CAP_NET_ADMIN) with C(CAP_BPF) or C(CAP_SYS_ADMIN).
+      - The packages named here are asked about too, with O(packages).
+    type: dict
+    suboptions:
+      os_family:
+        description:
+          - The distribution family, as M(ansible.builtin.setup) names it.
+        type: str
+        default: Debian
+      packages:
+        description:
+          - Packages that must be installed.
+        type: list
+        elements: str
+        default: []
+      distribution_packages:
+        description:
+          - Distribution (C(Debian), C(Ubuntu)) to packages that must be installed there.
+        type: dict
+        default: {}
+      absent_files:
+        description:
+          - Files that must not exist (a host that has them takes the role's full path).
+        type: list
+        elements: path
+        default: []
+      min_kernel:
+        description:
+          - The oldest kernel release the host may run, such as C(5.9).
+        type: str
+      btf:
+        description:
+          - Whether the kernel must have BTF (C(/sys/kernel/btf/vmlinux)).
+        type: bool
+        default: false
 attributes:
   check_mode:
     support: full
@@ -57,6 +99,14 @@ EXAMPLES = r"""
 - name: Read what the host has
   ebpf.xdp.toolchain_facts:
     packages: [clang, llvm, libbpf1]
+
+- name: Read whether the host has all the collection needs, and what it lacks
+  ebpf.xdp.toolchain_facts:
+    require:
+      packages: [clang, llvm, libbpf1, python3-pyroute2]
+      distribution_packages: {Debian: [bpftool], Ubuntu: [linux-tools-common]}
+      min_kernel: "5.9"
+      btf: true
 
 - name: Say which packages are missing
   ansible.builtin.debug:
@@ -76,7 +126,8 @@ ansible_facts:
           C(packages) (name to installed version, null when not installed, or every value null without dpkg),
           C(dpkg) (whether C(dpkg-query) is there), C(bpffs) (C(path), C(mounted), C(fstype)), C(kernel)
           (C(release), C(bpf_syscall), C(btf)), C(uid), C(capabilities) (C(effective) as a number,
-          C(net_admin), C(bpf), C(sys_admin)) and C(files) (path to SHA-1 or null).
+          C(net_admin), C(bpf), C(sys_admin)) and C(files) (path to SHA-1 or null); with O(require), C(ready)
+          and C(unready) (what the host lacks, in words; empty when ready).
       returned: always
       type: dict
       sample:
@@ -88,108 +139,18 @@ ansible_facts:
         uid: 0
         capabilities: {effective: 2199023255551, net_admin: true, bpf: true, sys_admin: true}
         files: {/etc/systemd/system/ebpf-xdp-bpffs.service: null}
+        ready: false
+        unready: ["packages not installed: llvm"]
 """
-
-import hashlib
-import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-# linux/capability.h
-CAP_NET_ADMIN = 12
-CAP_SYS_ADMIN = 21
-CAP_BPF = 39
-
-
-def installed(module, packages):
-    """Name to installed version (None when not installed), in one dpkg-query."""
-    found = dict.fromkeys(packages)
-    dpkg = module.get_bin_path("dpkg-query")
-    if not dpkg or not packages:
-        return found, bool(dpkg)
-    # dpkg-query exits 1 when a package is unknown, and still prints the others.
-    dummy_rc, out, dummy_err = module.run_command(
-        [dpkg, "-W", "-f=${Package}\t${db:Status-Status}\t${Version}\n"] + list(packages))
-    for line in out.splitlines():
-        name, _sep, rest = line.partition("\t")
-        status, _sep, version = rest.partition("\t")
-        # A multiarch package may be named with its architecture.
-        name = name.split(":")[0]
-        if name in found and status == "installed":
-            found[name] = version
-    return found, True
-
-
-def mount_type(path):
-    try:
-        with open("/proc/self/mounts", encoding="utf-8") as mounts:
-            types = [line.split()[2] for line in mounts if line.split()[1:2] == [path]]
-    except OSError:
-        return None
-    return types[-1] if types else None
-
-
-def effective_capabilities():
-    with open("/proc/self/status", encoding="utf-8") as status:
-        for line in status:
-            if line.startswith("CapEff:"):
-                return int(line.split()[1], 16)
-    return 0
-
-
-def sha1(path):
-    try:
-        with open(path, "rb") as f:
-            return hashlib.sha1(f.read()).hexdigest()
-    except OSError:
-        return None
-
-
-# /etc/os-release ID (or an ID_LIKE) -> what ansible.builtin.setup calls the distribution and its family.
-DISTRIBUTIONS = {"debian": "Debian", "ubuntu": "Ubuntu"}
-DEBIAN_LIKE = ("debian", "ubuntu")
-
-
-def os_release(path="/etc/os-release"):
-    """distribution, os_family and version_id, as setup would report them for the distributions we know."""
-    fields = {}
-    try:
-        with open(path, encoding="utf-8") as src:
-            for line in src:
-                key, sep, value = line.strip().partition("=")
-                if sep:
-                    fields[key] = value.strip().strip("\"'")
-    except OSError:
-        pass
-    ident = fields.get("ID", "").lower()
-    family = "Debian" if {ident, *fields.get("ID_LIKE", "").lower().split()} & set(DEBIAN_LIKE) else None
-    return {"distribution": DISTRIBUTIONS.get(ident, ident or None), "os_family": family,
-            "version_id": fields.get("VERSION_ID")}
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import toolchain as _toolchain
 
 
 def main():
-    module = AnsibleModule(argument_spec=dict(
-        packages=dict(type="list", elements="str", default=[]),
-        bpffs_path=dict(type="path", default="/sys/fs/bpf"),
-        files=dict(type="list", elements="path", default=[]),
-    ), supports_check_mode=True)
-    p = module.params
-    packages, dpkg = installed(module, p["packages"])
-    caps = effective_capabilities()
-    facts = {
-        "os": os_release(),
-        "packages": packages,
-        "dpkg": dpkg,
-        "bpffs": {"path": p["bpffs_path"], "mounted": os.path.ismount(p["bpffs_path"]),
-                  "fstype": mount_type(p["bpffs_path"])},
-        "kernel": {"release": os.uname().release,
-                   "bpf_syscall": os.path.exists("/proc/sys/kernel/unprivileged_bpf_disabled"),
-                   "btf": os.path.exists("/sys/kernel/btf/vmlinux")},
-        "uid": os.geteuid(),
-        "capabilities": {"effective": caps, "net_admin": bool(caps >> CAP_NET_ADMIN & 1),
-                         "bpf": bool(caps >> CAP_BPF & 1), "sys_admin": bool(caps >> CAP_SYS_ADMIN & 1)},
-        "files": {path: sha1(path) for path in p["files"]},
-    }
+    module = AnsibleModule(argument_spec=_toolchain.ARGS, supports_check_mode=True)
+    facts = _toolchain.read(module.run_command, module.get_bin_path, **module.params)
     module.exit_json(changed=False, ansible_facts={"ebpf_xdp_toolchain": facts})
 
 

@@ -277,3 +277,26 @@ def test_facts_before_are_read_just_before_the_first_change_and_only_then(run_di
     assert "rates" in old and res["facts_before"]["rate_interval"] >= 0.2, res["facts_before"]
     bad = run_distro("datapath", {"config": {"xdp": [entry]}, "facts_before": dict(facts_before, rate_interval=-1)})
     assert bad.get("failed") and "facts_before.rate_interval must not be negative" in bad["msg"], bad
+
+
+def test_a_host_without_the_toolchain_is_left_as_it_was_and_told_what_it_lacks(run_distro, pair, drop_obj):
+    """toolchain (what ebpf.xdp.xdp_deploy checks in its converge): a host that lacks part of it - a package, a
+    newer kernel - changes nothing, in check mode and for real, and the result says what it lacks; a host
+    that has it converges in the same run."""
+    entry = dict(interface="eth0", netns=pair.rx, object=drop_obj, mode="native")
+    lacking = {"require": {"packages": ["clang", "ebpf-xdp-no-such-package"], "min_kernel": "99.1"}}
+    for check in (True, False):
+        res = run_distro("datapath", {"config": {"xdp": [entry]}, "toolchain": lacking}, check=check)
+        assert not res["changed"] and not res.get("failed"), res
+        assert res["toolchain"]["ready"] is False and res["toolchain"]["unready"] == [
+            "packages not installed: ebpf-xdp-no-such-package",
+            "kernel %s is older than 99.1" % os.uname().release], res["toolchain"]
+        assert res["toolchain"]["packages"]["clang"], "clang, installed, is read with its version"
+        assert "item_results" not in res, res
+    assert xdp_attached(pair.rx, "eth0") == {}, "nothing attached"
+    bad = run_distro("datapath", {"config": {"xdp": [entry]}, "toolchain": {"require": {"btf": "maybe"}}})
+    assert bad.get("failed") and bad["msg"].startswith("toolchain: ") and "btf" in bad["msg"], bad
+    assert xdp_attached(pair.rx, "eth0") == {}
+    ready = {"require": {"packages": ["clang", "libbpf1"], "min_kernel": "5.9"}}
+    first, _second = assert_rhythm(run_distro, "datapath", {"config": {"xdp": [entry]}, "toolchain": ready})
+    assert xdp_attached(pair.rx, "eth0") == {"native": first["item_results"]["xdp"][0]["id"]}

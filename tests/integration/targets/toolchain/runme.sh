@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The four-step rhythm on a scratch bpffs path (the host's /sys/fs/bpf is
 # left alone): check mode, apply, check mode again, apply again. The last two
-# must change nothing.
+# must change nothing. The toolchain role is applied by ebpf.xdp.xdp_deploy,
+# whose converge finds the host unprepared (converge.yml).
 # Run with `ansible-test integration toolchain --local --allow-destructive
 # --allow-root`, or directly with ANSIBLE_COLLECTIONS_PATH pointing at the
 # collection (.build/collections in a checkout).
@@ -11,12 +12,13 @@ cd "$(dirname "$0")"
 
 scratch=$(mktemp -d /tmp/ebpf-xdp-toolchain.XXXXXX)
 rmdir "$scratch" # the role must create the mount point
+tree=$(mktemp -d /tmp/ebpf-xdp-toolchain-tree.XXXXXX)
 out=$(mktemp)
-common=(-i inventory -e "toolchain_bpffs_path=$scratch" "$@")
+common=(-i inventory -e "toolchain_bpffs_path=$scratch" -e "toolchain_test_tree=$tree" "$@")
 
 cleanup() {
 	ansible-playbook cleanup.yml "${common[@]}" >/dev/null || true
-	rm -f "$out"
+	rm -rf "$out" "$tree"
 }
 trap cleanup EXIT
 

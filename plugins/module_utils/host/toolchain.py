@@ -1,0 +1,177 @@
+# -*- coding: utf-8 -*-
+# Copyright (c) ebpf.xdp contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+# SPDX-License-Identifier: GPL-3.0-or-later
+
+"""What a host has of the collection's toolchain, read at once, and whether that is all it needs.
+
+`read` is toolchain_facts' work; `unready` is the decision the role ebpf.xdp.toolchain takes on it (a
+provisioned host skips the install steps), made here so that ebpf.xdp.datapath can take it too, in its own
+run, before it changes anything. Standard library only: it runs on a host that has nothing yet.
+
+Private to the ebpf.xdp collection: the interface may change without notice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+
+# linux/capability.h
+CAP_NET_ADMIN = 12
+CAP_SYS_ADMIN = 21
+CAP_BPF = 39
+
+# /etc/os-release ID (or an ID_LIKE) -> what ansible.builtin.setup calls the distribution and its family.
+DISTRIBUTIONS = {"debian": "Debian", "ubuntu": "Ubuntu"}
+DEBIAN_LIKE = ("debian", "ubuntu")
+
+
+def installed(run_command, find_program, packages) -> tuple[dict, bool]:
+    """Name to installed version (None when not installed), in one dpkg-query; and whether dpkg is there."""
+    found = dict.fromkeys(packages)
+    dpkg = find_program("dpkg-query")
+    if not dpkg or not packages:
+        return found, bool(dpkg)
+    # dpkg-query exits 1 when a package is unknown, and still prints the others.
+    dummy_rc, out, dummy_err = run_command(
+        [dpkg, "-W", "-f=${Package}\t${db:Status-Status}\t${Version}\n"] + list(packages))
+    for line in out.splitlines():
+        name, _sep, rest = line.partition("\t")
+        status, _sep, version = rest.partition("\t")
+        # A multiarch package may be named with its architecture.
+        name = name.split(":")[0]
+        if name in found and status == "installed":
+            found[name] = version
+    return found, True
+
+
+def mount_type(path):
+    try:
+        with open("/proc/self/mounts", encoding="utf-8") as mounts:
+            types = [line.split()[2] for line in mounts if line.split()[1:2] == [path]]
+    except OSError:
+        return None
+    return types[-1] if types else None
+
+
+def effective_capabilities():
+    with open("/proc/self/status", encoding="utf-8") as status:
+        for line in status:
+            if line.startswith("CapEff:"):
+                return int(line.split()[1], 16)
+    return 0
+
+
+def sha1(path):
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha1(f.read()).hexdigest()
+    except OSError:
+        return None
+
+
+def os_release(path="/etc/os-release"):
+    """distribution, os_family and version_id, as setup would report them for the distributions we know."""
+    fields = {}
+    try:
+        with open(path, encoding="utf-8") as src:
+            for line in src:
+                key, sep, value = line.strip().partition("=")
+                if sep:
+                    fields[key] = value.strip().strip("\"'")
+    except OSError:
+        pass
+    ident = fields.get("ID", "").lower()
+    family = "Debian" if {ident, *fields.get("ID_LIKE", "").lower().split()} & set(DEBIAN_LIKE) else None
+    return {"distribution": DISTRIBUTIONS.get(ident, ident or None), "os_family": family,
+            "version_id": fields.get("VERSION_ID")}
+
+
+def asked_packages(packages, require) -> list[str]:
+    """The packages to ask dpkg about: those named, and every one a requirement could need on any distribution
+    (the distribution is read in the same run)."""
+    require = require or {}
+    names = list(packages) + list(require.get("packages") or [])
+    for more in (require.get("distribution_packages") or {}).values():
+        names += more
+    return list(dict.fromkeys(names))
+
+
+def read(run_command, find_program, packages=(), bpffs_path="/sys/fs/bpf", files=(), require=None) -> dict:
+    """The host's toolchain facts (toolchain_facts' ansible_facts.ebpf_xdp_toolchain); with `require`, also
+    `ready` and `unready` (see unready)."""
+    found, dpkg = installed(run_command, find_program, asked_packages(packages, require))
+    caps = effective_capabilities()
+    facts = {
+        "os": os_release(),
+        "packages": found,
+        "dpkg": dpkg,
+        "bpffs": {"path": bpffs_path, "mounted": os.path.ismount(bpffs_path), "fstype": mount_type(bpffs_path)},
+        "kernel": {"release": os.uname().release,
+                   "bpf_syscall": os.path.exists("/proc/sys/kernel/unprivileged_bpf_disabled"),
+                   "btf": os.path.exists("/sys/kernel/btf/vmlinux")},
+        "uid": os.geteuid(),
+        "capabilities": {"effective": caps, "net_admin": bool(caps >> CAP_NET_ADMIN & 1),
+                         "bpf": bool(caps >> CAP_BPF & 1), "sys_admin": bool(caps >> CAP_SYS_ADMIN & 1)},
+        "files": {path: sha1(path) for path in files},
+    }
+    if require is not None:
+        facts["unready"] = unready(facts, require)
+        facts["ready"] = not facts["unready"]
+    return facts
+
+
+def _version(release: str) -> tuple[int, ...]:
+    """6.1.0-28-amd64 -> (6, 1, 0): the leading dotted numbers of a kernel release or a version."""
+    match = re.match(r"[0-9]+(\.[0-9]+)*", release or "")
+    return tuple(int(part) for part in match.group(0).split(".")) if match else (0,)
+
+
+def unready(facts: dict, require: dict) -> list[str]:
+    """What keeps this host from being ready, in words (empty: ready). `require` says what ready means:
+    `os_family` (default Debian), `packages` installed, `distribution_packages` ({distribution: [package]})
+    installed on that distribution, bpffs mounted, `absent_files` missing, a kernel with the bpf() syscall,
+    BTF when `btf`, at least `min_kernel`, and CAP_NET_ADMIN with CAP_BPF or CAP_SYS_ADMIN."""
+    reasons = []
+    family = require.get("os_family", "Debian")
+    if facts["os"]["os_family"] != family:
+        reasons.append("the distribution is %s, not of the %s family" % (facts["os"]["distribution"], family))
+    wanted = list(require.get("packages") or [])
+    wanted += (require.get("distribution_packages") or {}).get(facts["os"]["distribution"]) or []
+    missing = [name for name in dict.fromkeys(wanted) if not facts["packages"].get(name)]
+    if missing:
+        reasons.append("packages not installed: %s" % ", ".join(missing))
+    if facts["bpffs"]["fstype"] != "bpf":
+        reasons.append("no bpffs at %s" % facts["bpffs"]["path"])
+    present = [path for path in require.get("absent_files") or [] if facts["files"].get(path, sha1(path))]
+    if present:
+        reasons.append("present: %s" % ", ".join(present))
+    if not facts["kernel"]["bpf_syscall"]:
+        reasons.append("the kernel has no bpf() syscall")
+    if require.get("btf") and not facts["kernel"]["btf"]:
+        reasons.append("the kernel has no BTF (/sys/kernel/btf/vmlinux)")
+    if require.get("min_kernel") and _version(facts["kernel"]["release"]) < _version(str(require["min_kernel"])):
+        reasons.append("kernel %s is older than %s" % (facts["kernel"]["release"], require["min_kernel"]))
+    caps = facts["capabilities"]
+    if not caps["net_admin"] or not (caps["bpf"] or caps["sys_admin"]):
+        reasons.append("the process lacks CAP_NET_ADMIN, or both CAP_BPF and CAP_SYS_ADMIN (uid %d)" % facts["uid"])
+    return reasons
+
+
+# The options of ebpf.xdp.toolchain_facts, which ebpf.xdp.datapath's `toolchain` takes too (documented in
+# plugins/modules/toolchain_facts.py).
+ARGS = dict(
+    packages=dict(type="list", elements="str", default=[]),
+    bpffs_path=dict(type="path", default="/sys/fs/bpf"),
+    files=dict(type="list", elements="path", default=[]),
+    require=dict(type="dict", options=dict(
+        os_family=dict(type="str", default="Debian"),
+        packages=dict(type="list", elements="str", default=[]),
+        distribution_packages=dict(type="dict", default={}),
+        absent_files=dict(type="list", elements="path", default=[]),
+        min_kernel=dict(type="str"),
+        btf=dict(type="bool", default=False),
+    )),
+)

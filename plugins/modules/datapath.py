@@ -157,8 +157,9 @@ options:
     description:
       - Check first that the host has what the collection needs, as M(ebpf.xdp.toolchain_facts) does with the same
         options (O(ebpf.xdp.toolchain_facts#module:require) says what ready means). A host that lacks part of it
-        is left as it is - nothing read, written or removed - and RV(toolchain) says what it lacks; the role
-        P(ebpf.xdp.xdp_deploy#role) then prepares it (P(ebpf.xdp.toolchain#role)) and runs the task again.
+        is left as it is - nothing of its data path read, written or removed - and RV(toolchain) says what it
+        lacks; the role P(ebpf.xdp.xdp_deploy#role) then prepares it (P(ebpf.xdp.toolchain#role)) and runs the
+        task again.
       - So a provisioned host costs no module run of its own for the check.
     type: dict
 attributes:

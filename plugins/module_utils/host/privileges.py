@@ -14,13 +14,20 @@ CAPABILITIES = {"CAP_NET_ADMIN": 12, "CAP_NET_RAW": 13, "CAP_SYS_ADMIN": 21, "CA
 BPF_CAPABILITIES = ("CAP_BPF", "CAP_NET_ADMIN", "CAP_SYS_ADMIN")
 
 
-def missing_capabilities(needed) -> list[str]:
-    """Names in `needed` that the effective capability set of this process lacks."""
+def effective_capabilities() -> int | None:
+    """The effective capability set of this process (CapEff), or None when it cannot be read."""
     try:
         with open("/proc/self/status") as status:
             line = [entry for entry in status if entry.startswith("CapEff:")][0]
-        effective = int(line.split()[1], 16)
+        return int(line.split()[1], 16)
     except (OSError, IndexError, ValueError):
+        return None
+
+
+def missing_capabilities(needed) -> list[str]:
+    """Names in `needed` that the effective capability set of this process lacks."""
+    effective = effective_capabilities()
+    if effective is None:
         return []  # cannot tell; let the kernel answer
     # CAP_SYS_ADMIN still grants what CAP_BPF grants (kernels before 5.8 have only it).
     if effective & (1 << CAPABILITIES["CAP_SYS_ADMIN"]):

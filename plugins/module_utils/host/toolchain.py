@@ -18,10 +18,7 @@ import hashlib
 import os
 import re
 
-# linux/capability.h
-CAP_NET_ADMIN = 12
-CAP_SYS_ADMIN = 21
-CAP_BPF = 39
+from ansible_collections.ebpf.xdp.plugins.module_utils.host.privileges import CAPABILITIES, effective_capabilities
 
 # /etc/os-release ID (or an ID_LIKE) -> what ansible.builtin.setup calls the distribution and its family.
 DISTRIBUTIONS = {"debian": "Debian", "ubuntu": "Ubuntu"}
@@ -54,14 +51,6 @@ def mount_type(path):
     except OSError:
         return None
     return types[-1] if types else None
-
-
-def effective_capabilities():
-    with open("/proc/self/status", encoding="utf-8") as status:
-        for line in status:
-            if line.startswith("CapEff:"):
-                return int(line.split()[1], 16)
-    return 0
 
 
 def sha1(path):
@@ -103,7 +92,7 @@ def read(run_command, find_program, packages=(), bpffs_path="/sys/fs/bpf", files
     """The host's toolchain facts (toolchain_facts' ansible_facts.ebpf_xdp_toolchain); with `require`, also
     `ready` and `unready` (see unready)."""
     found, dpkg = installed(run_command, find_program, asked_packages(packages, require))
-    caps = effective_capabilities()
+    caps = effective_capabilities() or 0
     facts = {
         "os": os_release(),
         "packages": found,
@@ -113,8 +102,9 @@ def read(run_command, find_program, packages=(), bpffs_path="/sys/fs/bpf", files
                    "bpf_syscall": os.path.exists("/proc/sys/kernel/unprivileged_bpf_disabled"),
                    "btf": os.path.exists("/sys/kernel/btf/vmlinux")},
         "uid": os.geteuid(),
-        "capabilities": {"effective": caps, "net_admin": bool(caps >> CAP_NET_ADMIN & 1),
-                         "bpf": bool(caps >> CAP_BPF & 1), "sys_admin": bool(caps >> CAP_SYS_ADMIN & 1)},
+        "capabilities": {"effective": caps, "net_admin": bool(caps >> CAPABILITIES["CAP_NET_ADMIN"] & 1),
+                         "bpf": bool(caps >> CAPABILITIES["CAP_BPF"] & 1),
+                         "sys_admin": bool(caps >> CAPABILITIES["CAP_SYS_ADMIN"] & 1)},
         "files": {path: sha1(path) for path in files},
     }
     if require is not None:
@@ -145,7 +135,8 @@ def unready(facts: dict, require: dict) -> list[str]:
         reasons.append("packages not installed: %s" % ", ".join(missing))
     if facts["bpffs"]["fstype"] != "bpf":
         reasons.append("no bpffs at %s" % facts["bpffs"]["path"])
-    present = [path for path in require.get("absent_files") or [] if facts["files"].get(path, sha1(path))]
+    present = [path for path in require.get("absent_files") or []
+               if (facts["files"][path] if path in facts["files"] else sha1(path))]
     if present:
         reasons.append("present: %s" % ", ".join(present))
     if not facts["kernel"]["bpf_syscall"]:

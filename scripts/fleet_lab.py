@@ -22,8 +22,10 @@ fleet_fault_hosts (or with fleet_fault: true) gets the faulty variant,
 xdp_action 1, which drops every frame: its rollout gate fails on the share of
 dropped frames. A host in fleet_drop_tcp_hosts gets a subtler faulty variant
 that drops TCP frames only (drop_ip_proto 6), which the broadcast ping does
-not show but a replay of mixed frames does. The namespaces' names start with PREFIX, so this lab lives
-next to the standard one (inventories/lab) without touching it.
+not show but a replay of mixed frames does. A host in fleet_broken_hosts
+declares a program its object lacks: its converge fails. The namespaces'
+names start with PREFIX, so this lab lives next to the standard one
+(inventories/lab) without touching it.
 """
 
 import argparse
@@ -68,7 +70,7 @@ HOST_GROUP_VARS = {
     "xdp_deploy_programs": [{
         "interface": "eth0",
         "object": "xdp_verdict_count",
-        "program": "xdp_verdict_count",
+        "program": "{{ 'no_such_program' if inventory_hostname in fleet_broken_hosts else 'xdp_verdict_count' }}",
         "mode": "native",
         "constants": {"release": "{{ fleet_release | int }}",
                       "xdp_action": "{{ 1 if fleet_fault | bool else 2 }}",
@@ -80,6 +82,7 @@ HOST_GROUP_VARS = {
     "fleet_release": 1,
     "fleet_fault_hosts": [],
     "fleet_drop_tcp_hosts": [],
+    "fleet_broken_hosts": [],
     "fleet_fault": "{{ inventory_hostname in fleet_fault_hosts }}",
     # A canary, then 10% of the hosts, then the rest.
     "xdp_rollout_batches": [1, "10%", "100%"],

@@ -211,6 +211,22 @@ def test_fault_with_rollback_scope_all_rolls_back_every_host_that_got_it(at_rele
     assert releases(inventory, hosts) == dict(dict.fromkeys(hosts, 1), **{hosts[0]: 2})
 
 
+def test_a_failed_converge_stops_the_rollout_and_rolls_back_its_batch(at_release_1):
+    """The last batch's second host declares a program its object lacks: its converge fails and changes nothing
+    there, the batch's other host, which took release 2, is rolled back, and the rollout stops."""
+    inventory, hosts = at_release_1
+    broken_before = xdp_of(inventory, hosts[3:])[hosts[3]]
+    rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": 2, "fleet_broken_hosts": hosts[3:]})
+    result = summary(out)
+    assert rc != 0 and result["stopped_at_batch"] == 3, result
+    assert result["updated"] == hosts[:2] and result["rolled_back"] == hosts[2:3], result
+    assert result["unchanged"] == hosts[3:] and not result["untouched"], result
+    assert list(result["problems"]) == hosts[3:], result
+    assert "converge failed" in result["problems"][hosts[3]][0] and "no_such_program" in result["problems"][hosts[3]][0]
+    assert releases(inventory, hosts) == dict(dict.fromkeys(hosts, 2), **dict.fromkeys(hosts[2:], 1))
+    assert xdp_of(inventory, hosts[3:])[hosts[3]]["id"] == broken_before["id"]
+
+
 ROLLBACK = """
 - name: Roll back
   hosts: all

@@ -39,6 +39,8 @@ from harness.ansible_cli import ENV, ROOT
 
 FLEET = os.path.join(ROOT, "scripts", "fleet_lab.py")
 PLAYBOOK = os.path.join(ROOT, ".venv", "bin", "ansible-playbook")
+# The program every receiver of the generated lab runs (scripts/fleet_lab.py).
+LAB_PROGRAM = os.path.join("files", "bpf", "xdp_verdict_count.bpf.c")
 
 
 # Actions the controller answers without running a module on the host.
@@ -62,18 +64,34 @@ def measured(argv, env, output):
     return seconds, maxrss_kib / 1024.0, rc
 
 
-def module_runs(output, hosts):
-    """Module runs per host in a json callback document (task results that ran something on a host), and
-    how many of them each module made, per host."""
+def callback_document(output):
     with open(output) as handle:
         text = handle.read()
     try:
         # The pause module prints its own line ("Pausing for 1 seconds") before the callback's document.
-        doc = json.loads(text[text.index("{\n"):])
+        return json.loads(text[text.index("{\n"):])
     except ValueError:
         raise SystemExit("rollout.py: ansible-playbook printed no JSON document:\n%s" % text[:2000])
+
+
+def failures(output, most=10):
+    """The first failed task results of a json callback document, one line each: host, task, message."""
+    found = []
+    for play in callback_document(output)["plays"]:
+        for task in play["tasks"]:
+            for host, result in task["hosts"].items():
+                if result.get("failed") or result.get("unreachable"):
+                    # A loop's message says that an item failed: the item's says why.
+                    failed = [item for item in result.get("results", []) if item.get("failed")] or [result]
+                    found.append("%s: %s: %s" % (host, task["task"]["name"], str(failed[0].get("msg", ""))[:500]))
+    return found[:most]
+
+
+def module_runs(output, hosts):
+    """Module runs per host in a json callback document (task results that ran something on a host), and
+    how many of them each module made, per host."""
     modules = collections.Counter()
-    for play in doc["plays"]:
+    for play in callback_document(output)["plays"]:
         for task in play["tasks"]:
             for result in task["hosts"].values():
                 action = result.get("action", "").rpartition(".")[2]
@@ -96,6 +114,8 @@ def collection_at(revision, directory):
     os.makedirs(root)
     archive = subprocess.run(["git", "-C", ROOT, "archive", revision], capture_output=True, check=True).stdout
     subprocess.run(["tar", "-x", "-C", root], input=archive, check=True)
+    # Both run the lab's program as this checkout has it: the inventory sets constants an older one lacks.
+    shutil.copy(os.path.join(ROOT, LAB_PROGRAM), os.path.join(root, LAB_PROGRAM))
     return directory, root
 
 
@@ -129,8 +149,8 @@ def run_lab(hosts, forks_list, against=None):
                     argv = playbook(root, directory, "deploy_xdp.yml", forks, {"fleet_release": release})
                     seconds, mib, rc = measured(argv, run_env, output)
                     if rc != 0:
-                        raise SystemExit("rollout.py: deploy_xdp.yml of %s failed (%s, %d hosts, forks %d)"
-                                         % (name, kind, hosts, forks))
+                        raise SystemExit("rollout.py: deploy_xdp.yml of %s failed (%s, %d hosts, forks %d):\n%s"
+                                         % (name, kind, hosts, forks, "\n".join(failures(output))))
                     runs, modules = module_runs(output, hosts)
                     rows.append((name, hosts, forks, kind, seconds, seconds / hosts, runs, mib))
                     print("%-14s %5d hosts  forks %3d  %-8s %7.1f s  %5.2f s/host  %5.1f module runs/host  %6.0f MiB"

@@ -211,20 +211,27 @@ def test_fault_with_rollback_scope_all_rolls_back_every_host_that_got_it(at_rele
     assert releases(inventory, hosts) == dict(dict.fromkeys(hosts, 1), **{hosts[0]: 2})
 
 
-def test_a_failed_converge_stops_the_rollout_and_rolls_back_its_batch(at_release_1):
+def test_a_failed_converge_stops_the_rollout_and_rolls_back_its_batch(fleet):
     """The last batch's second host declares a program its object lacks: its converge fails and changes nothing
-    there, the batch's other host, which took release 2, is rolled back, and the rollout stops."""
-    inventory, hosts = at_release_1
-    broken_before = xdp_of(inventory, hosts[3:])[hosts[3]]
-    rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": 2, "fleet_broken_hosts": hosts[3:]})
+    there, the batch's other host, which took the new release, is rolled back, and the rollout stops. From
+    whatever release each host is on (no deploy first): the new one is newer than all of them."""
+    inventory, hosts = fleet
+    before = xdp_of(inventory, hosts)
+    release = max((prog or {}).get("constants", {}).get("release", 0) for prog in before.values()) + 1
+    rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": release, "fleet_broken_hosts": hosts[3:]})
     result = summary(out)
     assert rc != 0 and result["stopped_at_batch"] == 3, result
     assert result["updated"] == hosts[:2] and result["rolled_back"] == hosts[2:3], result
     assert result["unchanged"] == hosts[3:] and not result["untouched"], result
     assert list(result["problems"]) == hosts[3:], result
-    assert "converge failed" in result["problems"][hosts[3]][0] and "no_such_program" in result["problems"][hosts[3]][0]
-    assert releases(inventory, hosts) == dict(dict.fromkeys(hosts, 2), **dict.fromkeys(hosts[2:], 1))
-    assert xdp_of(inventory, hosts[3:])[hosts[3]]["id"] == broken_before["id"]
+    problem = result["problems"][hosts[3]][0]
+    assert "converge failed" in problem and "no_such_program" in problem, problem
+    after = xdp_of(inventory, hosts)
+    assert [after[host]["constants"]["release"] for host in hosts[:2]] == [release] * 2, after
+    # The rolled-back host runs its release from before (bare again if it was), the broken host the very
+    # program it had.
+    assert (after[hosts[2]] or {}).get("constants") == (before[hosts[2]] or {}).get("constants"), (before, after)
+    assert (after[hosts[3]] or {}).get("id") == (before[hosts[3]] or {}).get("id"), (before, after)
 
 
 ROLLBACK = """

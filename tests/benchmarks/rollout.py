@@ -2,7 +2,8 @@
 """deploy_xdp.yml as a rollout on generated labs of N receivers: wall time, time per host, module runs per host,
 controller memory; with --against REV, side by side with the collection as it was at git revision REV.
 
-    .venv/bin/python tests/benchmarks/rollout.py [--hosts 10,50,100] [--forks 10,50] [--against REV] | --smoke
+    .venv/bin/python tests/benchmarks/rollout.py [--hosts 10,50,100] [--forks 10,50] [--against REV] [--reruns N]
+    .venv/bin/python tests/benchmarks/rollout.py --smoke
 
 For each N, scripts/fleet_lab.py writes a lab of N receiver namespaces
 behind one bridge (its own prefix), lab_up.yml builds it and a broadcast
@@ -21,14 +22,19 @@ same lab in the same run, each forks setting alternating: REV's rollout and
 re-run, then this checkout's, each rollout a new release over the one before
 (the lab is first deployed once by this checkout, unmeasured, so that both
 measured rollouts are upgrades). The old per-item path of issue 18 is REV
-6556e7f (the commit before ebpf.xdp.datapath). --smoke: 2 hosts, forks 2.
+6556e7f (the commit before ebpf.xdp.datapath). --reruns N: the re-run N
+times (each must change nothing), with their median, for a figure that one
+burst of the shared machine's noise does not decide. --smoke: 2 hosts,
+forks 2.
 """
 
 import argparse
 import collections
+import itertools
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -119,7 +125,7 @@ def collection_at(revision, directory):
     return directory, root
 
 
-def run_lab(hosts, forks_list, against=None):
+def run_lab(hosts, forks_list, against=None, reruns=1):
     """The measurements on one generated lab of hosts receivers: (lab_up seconds, rows)."""
     prefix = "bn" + uuid.uuid4().hex[:4]
     directory = tempfile.mkdtemp(prefix="fleet-bench-")
@@ -145,13 +151,15 @@ def run_lab(hosts, forks_list, against=None):
         for forks in forks_list:
             for name, root, run_env in collections:
                 release += 1
-                for kind in ("rollout", "re-run"):
+                for kind in ["rollout"] + ["re-run"] * reruns:
                     argv = playbook(root, directory, "deploy_xdp.yml", forks, {"fleet_release": release})
                     seconds, mib, rc = measured(argv, run_env, output)
                     if rc != 0:
                         raise SystemExit("rollout.py: deploy_xdp.yml of %s failed (%s, %d hosts, forks %d):\n%s"
                                          % (name, kind, hosts, forks, "\n".join(failures(output))))
                     runs, modules = module_runs(output, hosts)
+                    if kind == "re-run" and any(host["changed"] for host in callback_document(output)["stats"].values()):
+                        raise SystemExit("rollout.py: the re-run of %s changed something" % name)
                     rows.append((name, hosts, forks, kind, seconds, seconds / hosts, runs, mib))
                     print("%-14s %5d hosts  forks %3d  %-8s %7.1f s  %5.2f s/host  %5.1f module runs/host  %6.0f MiB"
                           % rows[-1], flush=True)
@@ -173,6 +181,7 @@ def main():
     parser.add_argument("--hosts", default="10,50,100")
     parser.add_argument("--forks", default="10,50")
     parser.add_argument("--against", metavar="REV", help="also the collection at this git revision, side by side")
+    parser.add_argument("--reruns", type=int, default=1, help="the no-change re-run this many times")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     # Each run's line as it ends: a long run stopped half-way keeps what it measured.
@@ -183,13 +192,18 @@ def main():
     print("deploy_xdp.yml rollout (batches 1, 10%, rest; settle 1 s, rates 1 s) and its idempotent re-run")
     table = []
     for hosts in (int(h) for h in args.hosts.split(",")):
-        lab_seconds, rows = run_lab(hosts, forks_list, args.against)
+        lab_seconds, rows = run_lab(hosts, forks_list, args.against, args.reruns)
         print("%5d hosts  lab_up.yml %.1f s" % (hosts, lab_seconds), flush=True)
         table += rows
     print("\n| collection | hosts | forks | run | wall s | s/host | module runs/host | controller peak RSS MiB |")
     print("|---|---|---|---|---|---|---|---|")
     for row in table:
         print("| %s | %d | %d | %s | %.1f | %.2f | %.1f | %.0f |" % row)
+    if args.reruns > 1:
+        for (name, hosts, forks), rows in itertools.groupby(table, key=lambda row: row[:3]):
+            seconds = sorted(row[4] for row in rows if row[3] == "re-run")
+            print("%s, %d hosts, forks %d: re-run median %.1f s (min %.1f, max %.1f, %d runs)"
+                  % (name, hosts, forks, statistics.median(seconds), seconds[0], seconds[-1], len(seconds)))
     if args.smoke and any(row[6] < 1 for row in table):
         raise SystemExit("rollout.py: a run counted no module runs on its hosts")
 

@@ -97,7 +97,8 @@ def _attached_problems(facts, expected):
     interfaces = (facts or {}).get("interfaces", {})
     for want in expected or []:
         entry = interfaces.get(want["interface"]) or {}
-        label = "%s %s" % (want["interface"], want.get("direction", "") if want["hook"] == "tc" else "XDP")
+        label = "%s %s%s" % (want["interface"], want.get("direction", "") if want["hook"] == "tc" else "XDP",
+                             " " + want["name"] if want.get("name") else "")
         if want["hook"] == "xdp":
             found = [entry["xdp"]] if entry.get("xdp") else []
         else:
@@ -105,7 +106,7 @@ def _attached_problems(facts, expected):
         if not any(prog.get("id") == want["id"] for prog in found):
             seen = ", ".join("id %s (%s)" % (p.get("id"), p.get("name")) for p in found) or "no program"
             problems.append("%s: program id %s (%s, tag %s) expected, found %s"
-                            % (label.strip(), want["id"], want.get("name"), want.get("tag"), seen))
+                            % (label.strip(), want["id"], want.get("program_name"), want.get("tag"), seen))
     return problems
 
 
@@ -173,7 +174,8 @@ def rollout_changes(xdp_results, tc_results=None):
 
 
 def rollout_attached(xdp_results, tc_results=None):
-    """What a converge left attached: each attachment with the kernel id, tag and name of its program."""
+    """What a converge left attached: each attachment (its identity: a named attachment keeps its `name`) with
+    the kernel id, tag and name (`program_name`) of its program."""
     attached = []
     for hook, registered in (("xdp", xdp_results), ("tc", tc_results)):
         for result in _results(registered):
@@ -182,7 +184,7 @@ def rollout_attached(xdp_results, tc_results=None):
             entry = _declared(result, hook)
             if hook == "tc":
                 entry["direction"] = result.get("direction") or entry.get("direction", "ingress")
-            entry.update(id=result["id"], tag=result.get("tag"), name=result.get("name"))
+            entry.update(id=result["id"], tag=result.get("tag"), program_name=result.get("name"))
             if result.get("revision") is not None:
                 entry["revision"] = result["revision"].get("number")
             attached.append(entry)

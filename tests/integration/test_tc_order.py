@@ -498,7 +498,8 @@ def test_xdp_deploy_converges_named_programs_in_order(run_distro, pair, pin_root
     out = deploy_named(pair, pin_root, tmp_path, tc_programs=release)
     recorded = task_results(out, "Record what this run changed")["localhost"]["ansible_facts"]
     assert [(c["name"], c["previous"]) for c in recorded["xdp_deploy_changed"]] == [("second", True)], recorded
-    assert [a["name"] for a in recorded["xdp_deploy_attached"]] == ["tc_drop_count"] * 2, recorded
+    assert [(a["name"], a["program_name"]) for a in recorded["xdp_deploy_attached"]] == [
+        ("first", "tc_drop_count"), ("second", "tc_drop_count")], recorded
     upgraded = kernel_order(pair)
     assert upgraded[0] == order[0] and upgraded[1] != order[1], (order, upgraded)
     # The role's rollback entry point for what that run changed: `second` back on its previous revision, in place.

@@ -81,12 +81,12 @@ def test_health_unreadable_and_wrong_rules():
 
 
 def test_expected_programs():
-    expected = [{"hook": "xdp", "interface": "eth0", "id": 42, "tag": "ab", "name": "xdp_verdict_count"},
-                {"hook": "tc", "interface": "eth0", "direction": "ingress", "id": 7}]
+    expected = [{"hook": "xdp", "interface": "eth0", "id": 42, "tag": "ab", "program_name": "xdp_verdict_count"},
+                {"hook": "tc", "interface": "eth0", "direction": "ingress", "name": "first", "id": 7}]
     assert rollout_health(FACTS, [], expected=expected) == []
     problems = rollout_health(FACTS, [], expected=[dict(expected[0], id=43), dict(expected[1], direction="egress")])
     assert problems == ["eth0 XDP: program id 43 (xdp_verdict_count, tag ab) expected, found id 42 (xdp_verdict_count)",
-                        "eth0 egress: program id 7 (None, tag None) expected, found no program"]
+                        "eth0 egress first: program id 7 (None, tag None) expected, found no program"]
 
 
 def test_changes_and_attached_from_results():
@@ -100,15 +100,21 @@ def test_changes_and_attached_from_results():
         {"item": {"interface": "eth4"}, "changed": False, "failed": True, "msg": "no"},
     ]}
     tc = {"results": [{"item": {"interface": "eth0", "direction": "egress", "priority": 5}, "changed": True,
-                       "attached": True, "id": 9, "direction": "egress", "previous_revision": {"number": 3}}]}
+                       "attached": True, "id": 9, "direction": "egress", "previous_revision": {"number": 3}},
+                      {"item": {"interface": "eth0", "name": "second", "method": "tcx"}, "changed": False,
+                       "attached": True, "id": 10, "name": "tc_drop_count"}]}
     assert rollout_changes(xdp, tc) == [
         {"hook": "xdp", "interface": "eth0", "previous": True},
         {"hook": "xdp", "interface": "eth1", "netns": "blue", "previous": False},
         {"hook": "tc", "interface": "eth0", "direction": "egress", "priority": 5, "previous": True}]
     attached = rollout_attached(xdp, tc)
     assert [(a["hook"], a["interface"], a["id"]) for a in attached] == [
-        ("xdp", "eth0", 1), ("xdp", "eth1", 2), ("xdp", "eth2", 3), ("tc", "eth0", 9)]
+        ("xdp", "eth0", 1), ("xdp", "eth1", 2), ("xdp", "eth2", 3), ("tc", "eth0", 9), ("tc", "eth0", 10)]
     assert attached[0]["revision"] == 2 and attached[3]["direction"] == "egress"
+    # A named attachment keeps its name; the program's own name is program_name.
+    assert (attached[0]["program_name"], "name" in attached[0]) == ("p", False)
+    assert (attached[4]["name"], attached[4]["program_name"], attached[4]["direction"]) == (
+        "second", "tc_drop_count", "ingress")
     assert rollout_changes({}, None) == [] and rollout_attached({"results": []}) == []
 
 

@@ -199,6 +199,15 @@ def tc_monitor(ns, log):
     with open(log, "w", encoding="utf-8") as out:
         proc = subprocess.Popen(["tc", "-n", ns, "monitor"], stdout=out, stderr=subprocess.STDOUT)
     try:
+        # Listening only once it prints an event: a qdisc put on lo and taken off again, until one shows (an event
+        # sent before tc monitor has joined the netlink group is never printed; tc starts in seconds under
+        # emulation). Events on lo are no filter events of eth0's.
+        deadline = time.monotonic() + 30
+        while not printed() and time.monotonic() < deadline:
+            sh("tc", "-n", ns, "qdisc", "replace", "dev", "lo", "root", "pfifo")
+            sh("tc", "-n", ns, "qdisc", "del", "dev", "lo", "root")
+            time.sleep(0.2)
+        assert printed(), "tc monitor printed nothing in 30 s"
         yield printed
     finally:
         proc.terminate()
@@ -232,9 +241,8 @@ def test_a_failed_switch_puts_the_old_filter_back_on_any_kernel(run_distro, pair
     before = pins(pin_root)
     ipv4_only = compile_c(tmp_path, SECOND_TC_PROGRAM, "tc_other")
     with tc_monitor(pair.rx, tmp_path / "tc-monitor.log") as printed:
-        # The hand-added filter is also the sign that tc monitor is listening before the module runs.
         theirs = attach_foreign_filter(pair, ipv4_only, prio=5, handle=2, protocol="ip")
-        deadline = time.monotonic() + 30  # tc starts in seconds under emulation
+        deadline = time.monotonic() + 30
         while not filter_events(printed(), 5) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert filter_events(printed(), 5) == [("added", "ip", "bpf")], printed()

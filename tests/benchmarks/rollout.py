@@ -71,6 +71,7 @@ def measured(argv, env, output):
 
 
 def callback_document(output):
+    """The document the json callback printed into output (ansible-playbook's stdout)."""
     with open(output) as handle:
         text = handle.read()
     try:
@@ -80,10 +81,10 @@ def callback_document(output):
         raise SystemExit("rollout.py: ansible-playbook printed no JSON document:\n%s" % text[:2000])
 
 
-def failures(output, most=10):
+def failures(doc, most=10):
     """The first failed task results of a json callback document, one line each: host, task, message."""
     found = []
-    for play in callback_document(output)["plays"]:
+    for play in doc["plays"]:
         for task in play["tasks"]:
             for host, result in task["hosts"].items():
                 if result.get("failed") or result.get("unreachable"):
@@ -93,11 +94,11 @@ def failures(output, most=10):
     return found[:most]
 
 
-def module_runs(output, hosts):
+def module_runs(doc, hosts):
     """Module runs per host in a json callback document (task results that ran something on a host), and
     how many of them each module made, per host."""
     modules = collections.Counter()
-    for play in callback_document(output)["plays"]:
+    for play in doc["plays"]:
         for task in play["tasks"]:
             for result in task["hosts"].values():
                 action = result.get("action", "").rpartition(".")[2]
@@ -154,11 +155,12 @@ def run_lab(hosts, forks_list, against=None, reruns=1):
                 for kind in ["rollout"] + ["re-run"] * reruns:
                     argv = playbook(root, directory, "deploy_xdp.yml", forks, {"fleet_release": release})
                     seconds, mib, rc = measured(argv, run_env, output)
+                    doc = callback_document(output)
                     if rc != 0:
                         raise SystemExit("rollout.py: deploy_xdp.yml of %s failed (%s, %d hosts, forks %d):\n%s"
-                                         % (name, kind, hosts, forks, "\n".join(failures(output))))
-                    runs, modules = module_runs(output, hosts)
-                    if kind == "re-run" and any(host["changed"] for host in callback_document(output)["stats"].values()):
+                                         % (name, kind, hosts, forks, "\n".join(failures(doc))))
+                    runs, modules = module_runs(doc, hosts)
+                    if kind == "re-run" and any(host["changed"] for host in doc["stats"].values()):
                         raise SystemExit("rollout.py: the re-run of %s changed something" % name)
                     rows.append((name, hosts, forks, kind, seconds, seconds / hosts, runs, mib))
                     print("%-14s %5d hosts  forks %3d  %-8s %7.1f s  %5.2f s/host  %5.1f module runs/host  %6.0f MiB"

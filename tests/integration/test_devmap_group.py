@@ -599,17 +599,22 @@ def test_a_member_add_opens_each_pinned_map_once_and_writes_the_config_once(
     with switch(3, mcast_obj, drop_obj, run_distro, pin_root) as sw:
         sw.ok(name="video", members=["p0"], addresses=[V4])
         opened, written = collections.Counter(), collections.Counter()
-        from_pin, put = _bpf.Map.from_pin.__func__, _devmap.put
+        from_pin, pinned_value, put = _bpf.Map.from_pin.__func__, _bpf.pinned_value, _devmap.put
 
         def counting_open(cls, path):
             opened[os.path.relpath(path, sw.set_dir)] += 1
             return from_pin(cls, path)
+
+        def counting_read(path, key, value_size):  # a record is read without a Map
+            opened[os.path.relpath(path, sw.set_dir)] += 1
+            return pinned_value(path, key, value_size)
 
         def counting_put(journal, target, key, value, flags=_bpf.BPF_ANY):
             written[target.info["name"]] += 1
             return put(journal, target, key, value, flags)
 
         monkeypatch.setattr(_bpf.Map, "from_pin", classmethod(counting_open))
+        monkeypatch.setattr(_bpf, "pinned_value", counting_read)
         monkeypatch.setattr(_devmap, "put", counting_put)
         task = dict(netns=sw.ports.sw, pin_root=pin_root, shared_maps=SET, state="present", name="video")
         added, _warnings = _devmap.converge(dict(task, members=["p1"]), False)

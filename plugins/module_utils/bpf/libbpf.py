@@ -79,6 +79,7 @@ MAP_TYPES = {
     27: "ringbuf",
 }
 PERCPU_MAP_TYPES = frozenset((5, 6, 10))
+ARRAY_MAP_TYPES = frozenset((2, 6))  # every key from 0 to max_entries - 1 is there, always
 DEVMAP_TYPES = frozenset((14, 25))
 # The kernel adds it to every devmap it creates (programs may not write one); a map asked for with it is refused.
 BPF_F_RDONLY_PROG = 1 << 7
@@ -692,6 +693,34 @@ class Fd:
 # Map ids one program info call has room for: programs rarely use more.
 MAP_IDS_ROOM = 16
 
+# What the info of a program or a map says never changes, and the kernel does not give an id out again (it counts
+# up to 2^31 before it wraps): the facts read it for every program on each of the exporter's scrapes, so it is kept
+# by id, up to INFO_KEPT of each (all forgotten when full: an exporter outlives many programs).
+INFO_KEPT = 4096
+_PROGRAM_INFO: dict[int, dict] = {}
+_MAP_INFO: dict[int, tuple[dict, int]] = {}
+
+
+def _keep(kept: dict, key: int, value) -> None:
+    if len(kept) >= INFO_KEPT and key not in kept:
+        kept.clear()
+    kept[key] = value
+
+
+def program_info(prog_id: int) -> dict:
+    """Program.info() of the program with this id, read from the kernel once (do not change what it returns)."""
+    if prog_id not in _PROGRAM_INFO:
+        with Program.from_id(prog_id) as prog:
+            _keep(_PROGRAM_INFO, prog_id, prog.info())
+    return _PROGRAM_INFO[prog_id]
+
+
+def map_info(map_id: int) -> dict:
+    """Map.info of the map with this id, read from the kernel once (do not change what it returns)."""
+    if map_id not in _MAP_INFO:
+        Map.from_id(map_id).close()  # Map keeps its info
+    return _MAP_INFO[map_id][0]
+
 # struct bpf_insn: opcode, dst_reg and src_reg in one byte (dst in the low nibble on little-endian hosts), offset,
 # immediate; and the opcodes of the few instructions the collection writes by hand (uapi/linux/bpf_common.h).
 INSN = struct.Struct("=BBhi")
@@ -791,13 +820,14 @@ class Map(Fd):
 
     kind = "map"
 
-    def __init__(self, fd: int, label: str):
+    def __init__(self, fd: int, label: str, known: tuple[dict, int] | None = None):
         super().__init__(fd, label)
         try:
-            self.info, self.map_flags = self._read_info()
+            self.info, self.map_flags = known or self._read_info()
         except BpfError:
             self.close()
             raise
+        _keep(_MAP_INFO, self.info["id"], (self.info, self.map_flags))
         self.percpu = self.info["type_id"] in PERCPU_MAP_TYPES
         self.ncpus = num_possible_cpus() if self.percpu else 1
         # The kernel copies per-CPU values in 8-byte slots.
@@ -805,7 +835,8 @@ class Map(Fd):
 
     @classmethod
     def from_id(cls, map_id: int) -> Map:
-        return cls(_check(lib().bpf_map_get_fd_by_id(map_id), "open BPF map id %d" % map_id), "id %d" % map_id)
+        return cls(_check(lib().bpf_map_get_fd_by_id(map_id), "open BPF map id %d" % map_id), "id %d" % map_id,
+                   _MAP_INFO.get(map_id))
 
     @classmethod
     def create(cls, map_type: int, name: str, key_size: int, value_size: int, max_entries: int,
@@ -912,7 +943,7 @@ class Map(Fd):
         keys = ctypes.create_string_buffer(size * key_size)
         values = ctypes.create_string_buffer(size * value_bytes)
         token = ctypes.create_string_buffer(max(key_size, 8))  # where the next batch starts (a key or a bucket)
-        start, out = None, []
+        start, out, read = None, [], 0
         while True:
             count = _U32(size)
             ret = lib().bpf_map_lookup_batch(self.fd, start, token, keys, values, ctypes.byref(count), None)
@@ -920,8 +951,11 @@ class Map(Fd):
                 if start is None and -ret in NO_BATCH:
                     return None
                 _check(ret, "read map %s in batches" % self.label)
-            out.append((keys.raw[:count.value * key_size], values.raw[:count.value * value_bytes], count.value))
-            if ret < 0:  # ENOENT: that was the last batch
+            if count.value:
+                out.append((keys.raw[:count.value * key_size], values.raw[:count.value * value_bytes], count.value))
+            read += count.value
+            # ENOENT: that was the last batch; an array has all its keys, once they are read there are no more.
+            if ret < 0 or (self.info["type_id"] in ARRAY_MAP_TYPES and read == self.info["max_entries"]):
                 return out
             start = ctypes.create_string_buffer(token.raw, len(token.raw))
 
@@ -937,6 +971,31 @@ BTF_KINDS = {1: "int", 2: "ptr", 3: "array", 4: "struct", 5: "union", 6: "enum",
              16: "float", 17: "decl_tag", 18: "type_tag", 19: "enum64"}
 # Kinds whose third word is a size; for the others it is a type id.
 _BTF_SIZED = ("int", "struct", "union", "enum", "enum64", "float", "datasec")
+
+
+def pinned_value(path: str, key: bytes, value_size: int) -> bytes | None:
+    """The value at key of the map pinned at path, which must have keys and values of these sizes; None when
+    nothing is pinned there. One open, one info call and one lookup, without a Map: the facts read an
+    ownership record this way for every program on each of the exporter's scrapes."""
+    fd = lib().bpf_obj_get(path.encode())
+    if fd < 0:
+        if -fd == errno_mod.ENOENT:
+            return None
+        _check(fd, "open pinned map %s" % path)
+    try:
+        info = _MapInfo()
+        size = _U32(ctypes.sizeof(info))
+        _check(lib().bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)), "read info of %s" % path)
+        # The kernel writes value_size bytes into the buffer given: the sizes are checked first.
+        if (info.key_size, info.value_size) != (len(key), value_size) or info.type in PERCPU_MAP_TYPES:
+            raise BpfError("%s is not a map of %d-byte keys and %d-byte values" % (path, len(key), value_size))
+        value = ctypes.create_string_buffer(value_size)
+        ret = lib().bpf_map_lookup_elem(fd, ctypes.create_string_buffer(key, len(key)), value)
+        if ret < 0 and -ret != errno_mod.ENOENT:
+            _check(ret, "look up a key in map %s" % path)
+        return value.raw if ret == 0 else b""
+    finally:
+        os.close(fd)
 
 
 def open_pinned_map(path: str) -> Map:

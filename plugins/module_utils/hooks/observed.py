@@ -161,7 +161,6 @@ def observe_xdp(ifindex: int, xdp: dict, pins: _pins.PinDir) -> Observed:
         link_id = record.get("link_id") or _pinned_link_id(pins)
     elif not record or record.get("attach") != HELD_BY_NETLINK:
         link_id = find_link(ifindex, prog_id, "xdp")
-    with _bpf.Program.from_id(prog_id) as prog:
-        info = prog.info()
+    info = _bpf.program_info(prog_id)
     return Observed(prog_id=prog_id, name=info["name"], tag=info["tag"], placement=mode, link_id=link_id,
                     holder=HELD_BY_LINK if link_id else HELD_BY_NETLINK, record=record, map_ids=info["map_ids"])

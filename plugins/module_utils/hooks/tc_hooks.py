@@ -80,8 +80,7 @@ def tc_programs(ifindex: int, direction: str) -> list[dict]:
 
 def observe_tc(entry: dict, direction: str, record: dict | None) -> Observed:
     """One program of tc_programs() as an Observed; record is ours when it describes this program."""
-    with _bpf.Program.from_id(entry["prog_id"]) as prog:
-        info = prog.info()
+    info = _bpf.program_info(entry["prog_id"])
     extra = {"direction": direction}
     extra.update((k, entry[k]) for k in ("priority", "handle", "verdict", "protocol") if entry.get(k) is not None)
     return Observed(prog_id=entry["prog_id"], name=info["name"], tag=info["tag"], placement=entry["method"],

@@ -28,6 +28,9 @@ RTM_GETLINK = 18
 IFLA_ADDRESS, IFLA_IFNAME, IFLA_MTU, IFLA_LINK, IFLA_LINKINFO, IFLA_STATS64 = 1, 3, 4, 5, 18, 23
 IFLA_CARRIER, IFLA_LINK_NETNSID, IFLA_XDP, IFLA_IF_NETNSID = 33, 37, 43, 46
 IFLA_INFO_KIND = 1
+# The attributes of a link that _describe() reads.
+LINK_ATTRIBUTES = frozenset((IFLA_ADDRESS, IFLA_IFNAME, IFLA_MTU, IFLA_LINK, IFLA_LINKINFO, IFLA_STATS64,
+                             IFLA_CARRIER, IFLA_LINK_NETNSID, IFLA_XDP))
 IFF_UP = 0x1
 IFLA_XDP_ATTACHED, IFLA_XDP_PROG_ID, IFLA_XDP_DRV_PROG_ID, IFLA_XDP_SKB_PROG_ID = 2, 4, 5, 6
 # IFLA_XDP_ATTACHED (XDP_ATTACHED_*) -> the collection's mode names; bpf/libbpf's xdp_query uses them too.
@@ -56,7 +59,8 @@ def interfaces(netnsid: int | None = None) -> list[dict]:
     request = struct.pack("=BxHiII", socket.AF_UNSPEC, 0, 0, 0, 0)  # struct ifinfomsg: any link
     where = b"" if netnsid is None else _nlmsg.attr(IFLA_IF_NETNSID, struct.pack("=i", netnsid))
     return [_describe(attrs, header)
-            for header, attrs in _nlmsg.dump(RTM_GETLINK, request, "list the links of a network namespace", where)]
+            for header, attrs in _nlmsg.dump(RTM_GETLINK, request, "list the links of a network namespace", where,
+                                             LINK_ATTRIBUTES)]
 
 
 def peer(link: dict) -> dict | None:

@@ -27,6 +27,7 @@ import socket
 from typing import Iterator
 
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import session as _session
 
 NETNS_RUN_DIR = "/run/netns"
 CLONE_NEWNET = 0x40000000
@@ -41,6 +42,7 @@ def _setns(fd: int) -> None:
     if libc.setns(fd, CLONE_NEWNET) != 0:
         err = ctypes.get_errno()
         raise OSError(err, "setns: %s" % os.strerror(err))
+    _session.moved()
 
 
 class BadNameError(EbpfXdpError):

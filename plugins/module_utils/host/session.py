@@ -14,7 +14,10 @@ namespace, the filters of one hook) are read once: a write in a namespace
 forgets that namespace's dumps of what it changed (a filter's, the filter
 dumps; a qdisc's, all), so the next read sees what the write did.
 Whether the kernel has tcx is asked once. Outside of a session every call
-opens its own socket and reads afresh, as a one-off call should.
+opens its own socket and reads afresh, as a one-off call should. Which
+namespace a thread is in is read once too, and again after host/netns
+moves it (moved()): a stat of /proc/thread-self/ns/net per dump was a tenth
+of the exporter's scrape.
 
 `counts` says how often the run went to the kernel (sockets opened, dumps
 read, tcx probes): the tests assert round trips with it.
@@ -25,6 +28,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import threading
 
 
 def current_netns() -> tuple[int, int]:
@@ -59,9 +63,19 @@ class Session:
         self.dumps: dict[tuple, object] = {}
         self.probes: dict[str, object] = {}
         self.counts: collections.Counter = collections.Counter()
+        self.where: dict[int, tuple[int, int]] = {}  # thread -> its namespace (current_netns), until it moves
+
+    def netns(self) -> tuple[int, int]:
+        thread = threading.get_ident()
+        if thread not in self.where:
+            self.where[thread] = current_netns()
+        return self.where[thread]
+
+    def moved(self) -> None:
+        self.where.pop(threading.get_ident(), None)
 
     def socket(self):
-        netns = current_netns()
+        netns = self.netns()
         if netns not in self.sockets:
             self.sockets[netns] = open_socket()
             self.counts["sockets"] += 1
@@ -69,7 +83,7 @@ class Session:
 
     def dump(self, key: tuple, read):
         """read()'s answer for key in the current namespace, read once until the next write there."""
-        where = (current_netns(),) + key
+        where = (self.netns(),) + key
         if where not in self.dumps:
             self.dumps[where] = read()
             self.counts["dump:" + key[0]] += 1
@@ -78,7 +92,7 @@ class Session:
     def wrote(self, kind: str | None = None) -> None:
         """Something in the current namespace changed: its dumps (of that kind, or all) are read again when
         next asked for."""
-        netns = current_netns()
+        netns = self.netns()
         self.dumps = {key: value for key, value in self.dumps.items()
                       if key[0] != netns or kind not in (None, key[1])}
 
@@ -140,6 +154,13 @@ def wrote(kind: str | None = None) -> None:
     session = active()
     if session:
         session.wrote(kind)
+
+
+def moved() -> None:
+    """The calling thread entered another network namespace (host/netns says so after each setns)."""
+    session = active()
+    if session:
+        session.moved()
 
 
 def probe(name: str, ask):

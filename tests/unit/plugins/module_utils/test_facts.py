@@ -1,5 +1,6 @@
 """Rates and protocol labels: the pure parts of _facts."""
 
+import random
 import struct
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _facts
@@ -30,3 +31,17 @@ def test_batched_counters_are_summed_over_cpus_with_zeros_left_out():
     # A plain array: one value per key.
     keys, values = struct.pack("=2H", 1, 2), struct.pack("=2Q", 0, 9)
     assert _facts._summed([(keys, values, 2)], 2, 1) == {2: 9}
+
+
+def test_many_and_few_counters_are_summed_alike():
+    # A chunk with few counters that are not zero is searched for them, one with many is summed key by key:
+    # both give what summing every key gives.
+    rng = random.Random(7)
+    for busy in (1, 5, 40, 256):
+        per_cpu = [[0, 0] for _ in range(256)]
+        for key in rng.sample(range(256), busy):
+            per_cpu[key][rng.randrange(2)] = rng.randrange(1, 1 << 40)
+            per_cpu[key][rng.randrange(2)] += rng.randrange(1 << 8)
+        chunk = (struct.pack("=256I", *range(256)), b"".join(struct.pack("=2Q", *pair) for pair in per_cpu), 256)
+        expected = {key: sum(pair) for key, pair in enumerate(per_cpu) if sum(pair)}
+        assert _facts._summed([chunk], 4, 2) == expected, busy

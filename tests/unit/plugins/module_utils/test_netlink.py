@@ -21,7 +21,12 @@ def test_a_link_with_a_generic_xdp_program_is_described():
         attr(_netlink.IFLA_LINKINFO | 0x8000, attr(_netlink.IFLA_INFO_KIND, b"veth\0")) + \
         attr(_netlink.IFLA_LINK, struct.pack("=I", 9)) + attr(_netlink.IFLA_LINK_NETNSID, struct.pack("=i", 2)) + \
         attr(_netlink.IFLA_CARRIER, b"\x01")  # nested attributes with NLA_F_NESTED set, as the kernel sends them
-    described = _netlink._describe(_nlmsg.attributes(body), ifinfomsg(7, _netlink.IFF_UP))
+    # What interfaces() parses: the attributes _describe() reads, and none of the others (IFLA_TXQLEN here).
+    body += attr(13, struct.pack("=I", 1000))
+    wanted = _nlmsg.attributes(body, wanted=_netlink.LINK_ATTRIBUTES)
+    assert 13 in _nlmsg.attributes(body) and 13 not in wanted
+    described = _netlink._describe(wanted, ifinfomsg(7, _netlink.IFF_UP))
+    assert described == _netlink._describe(_nlmsg.attributes(body), ifinfomsg(7, _netlink.IFF_UP))
     assert described == {
         "ifname": "eth0", "ifindex": 7, "mac": "02:00:00:00:00:01", "mtu": 1500, "up": True, "carrier": True,
         "kind": "veth", "link": 9, "link_netnsid": 2,

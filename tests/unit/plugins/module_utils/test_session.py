@@ -18,11 +18,25 @@ class FakeSocket:
         self.closed = True
 
 
+class Where(dict):
+    """The namespace the calling thread is in ("now"); a move is announced as host/netns does after setns."""
+
+    reads = 0
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        _session.moved()
+
+    def read(self):
+        self.reads += 1
+        return self["now"]
+
+
 @pytest.fixture
 def netns(monkeypatch):
     """The namespace the calling thread is in, as the test says; sockets are fakes."""
-    where = {"now": (0, 1)}
-    monkeypatch.setattr(_session, "current_netns", lambda: where["now"])
+    where = Where(now=(0, 1))
+    monkeypatch.setattr(_session, "current_netns", where.read)
     monkeypatch.setattr(_session, "open_socket", FakeSocket)
     FakeSocket.opened = 0
     return where
@@ -100,3 +114,16 @@ def test_a_probe_is_asked_once_per_session_and_nested_sessions_share_it(netns):
             assert _session.probe("tcx", lambda: asked.append(1) or False) is True
     assert asked == [1] and outer.counts["probe:tcx"] == 1
     assert _session.active() is None
+
+
+def test_the_namespace_is_read_once_until_the_thread_moves(netns):
+    read, _calls = reader(["qdiscs"] * 4)
+    with _session.host():
+        for _ in range(3):
+            _session.dump(("qdiscs",), read)
+        assert netns.reads == 1
+        netns["now"] = (0, 2)
+        _session.dump(("qdiscs",), read)
+        with _session.socket():
+            pass
+        assert netns.reads == 2

@@ -140,8 +140,8 @@ def report(found, programs):
     print("| collection | scrape ms (median) | min-max | collect ms (median) | scrape / this checkout |")
     print("|---|---:|---:|---:|---:|")
     for name, (median, low, high, collect) in rows.items():
-        print("| %s | %.1f | %.1f-%.1f | %.1f | %.2f |" % (name, 1000 * median, 1000 * low, 1000 * high,
-                                                        1000 * collect, median / base[0]))
+        print("| %s | %.1f | %.1f-%.1f | %.1f | %.2f |"
+              % (name, 1000 * median, 1000 * low, 1000 * high, 1000 * collect, median / base[0]))
     return rows
 
 

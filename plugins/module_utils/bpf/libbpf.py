@@ -721,6 +721,7 @@ def map_info(map_id: int) -> dict:
         Map.from_id(map_id).close()  # Map keeps its info
     return _MAP_INFO[map_id][0]
 
+
 # struct bpf_insn: opcode, dst_reg and src_reg in one byte (dst in the low nibble on little-endian hosts), offset,
 # immediate; and the opcodes of the few instructions the collection writes by hand (uapi/linux/bpf_common.h).
 INSN = struct.Struct("=BBhi")

@@ -38,7 +38,7 @@ def test_many_and_few_counters_are_summed_alike():
     # both give what summing every key gives.
     rng = random.Random(7)
     for busy in (1, 5, 40, 256):
-        per_cpu = [[0, 0] for _ in range(256)]
+        per_cpu = [[0, 0] for _key in range(256)]
         for key in rng.sample(range(256), busy):
             per_cpu[key][rng.randrange(2)] = rng.randrange(1, 1 << 40)
             per_cpu[key][rng.randrange(2)] += rng.randrange(1 << 8)

@@ -119,7 +119,7 @@ def test_a_probe_is_asked_once_per_session_and_nested_sessions_share_it(netns):
 def test_the_namespace_is_read_once_until_the_thread_moves(netns):
     read, _calls = reader(["qdiscs"] * 4)
     with _session.host():
-        for _ in range(3):
+        for _again in range(3):
             _session.dump(("qdiscs",), read)
         assert netns.reads == 1
         netns["now"] = (0, 2)

@@ -16,7 +16,7 @@ dumps; a qdisc's, all), so the next read sees what the write did.
 Whether the kernel has tcx is asked once. Outside of a session every call
 opens its own socket and reads afresh, as a one-off call should. Which
 namespace a thread is in is read once too, and again after host/netns
-moves it (moved()): a stat of /proc/thread-self/ns/net per dump was a tenth
+moves it (moved()): a stat of /proc/thread-self/ns/net per dump was ~7%
 of the exporter's scrape.
 
 `counts` says how often the run went to the kernel (sockets opened, dumps

@@ -983,10 +983,8 @@ def pinned_value(path: str, key: bytes, value_size: int) -> bytes | None:
         if -fd == errno_mod.ENOENT:
             return None
         _check(fd, "open pinned map %s" % path)
-    try:
-        info = _MapInfo()
-        size = _U32(ctypes.sizeof(info))
-        _check(lib().bpf_obj_get_info_by_fd(fd, ctypes.byref(info), ctypes.byref(size)), "read info of %s" % path)
+    with Fd(fd, path) as pinned:
+        info = pinned._info(_MapInfo)  # pylint: disable=protected-access
         # The kernel writes value_size bytes into the buffer given: the sizes are checked first.
         if (info.key_size, info.value_size) != (len(key), value_size) or info.type in PERCPU_MAP_TYPES:
             raise BpfError("%s is not a map of %d-byte keys and %d-byte values" % (path, len(key), value_size))
@@ -995,8 +993,6 @@ def pinned_value(path: str, key: bytes, value_size: int) -> bytes | None:
         if ret < 0 and -ret != errno_mod.ENOENT:
             _check(ret, "look up a key in map %s" % path)
         return value.raw if ret == 0 else b""
-    finally:
-        os.close(fd)
 
 
 def open_pinned_map(path: str) -> Map:

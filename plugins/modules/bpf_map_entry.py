@@ -59,8 +59,13 @@ options:
         fit and is zero-filled after them (an IPv4 address in a 16-byte field); any other field, and a key or
         value without BTF, takes them only at exactly its size. A byte array also takes a list of byte values."
       - "With BTF, a struct or union is a dict of its fields (fields left out are zero, as in a C initializer;
-        unknown fields are an error that lists the known ones), an array of wider elements is a list, and an
-        enum also takes the names of its enumerators. Bitfields are supported on little-endian hosts."
+        unknown fields are an error that lists the known ones; members of an anonymous struct or union are the
+        parent's; members of a union may be given together when they agree on the bytes they share), an array
+        of wider elements is a list, and an enum also takes the names of its enumerators. A C(char) array takes
+        text (printable ASCII, shorter than the array: the rest is NUL). Bitfields are supported on
+        little-endian hosts. Values read back (RV(entries), and the entries M(ebpf.xdp.xdp_facts) reports) are
+        in the same notation, and write back to the same bytes: every member of a union is shown, a C(char)
+        array as text where it holds text up to a NUL and zeros after it, other byte arrays as C({hex: ...})."
       - "A devmap value (which has no BTF) is C(struct bpf_devmap_val): C({ifindex: NAME}) or an index, and in
         an 8-byte value optionally C(prog), the pin path (or id) of an C(xdp/devmap) program run on each frame
         sent to that port, for example C({ifindex: eth1, prog: /sys/fs/bpf/egress}). It reads back as

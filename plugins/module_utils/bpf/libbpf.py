@@ -314,6 +314,8 @@ _SIGNATURES = {
     "bpf_map__is_internal": (ctypes.c_bool, [_P]),
     "bpf_map__set_pin_path": (_I, [_P, _S]),
     "bpf_map__fd": (_I, [_P]),
+    "bpf_map__btf_key_type_id": (_U32, [_P]),
+    "bpf_map__btf_value_type_id": (_U32, [_P]),
     "bpf_map__initial_value": (_P, [_P, ctypes.POINTER(ctypes.c_size_t)]),
     "btf__find_by_name_kind": (_I, [_P, _S, _U32]),
     "btf__type_by_id": (_P, [_P, _U32]),
@@ -490,6 +492,17 @@ class BpfObject:
                 "max_entries": lib().bpf_map__max_entries(m),
             })
         return out
+
+    def map_btf(self, name: str) -> dict | None:
+        """map_btf() of the object's map called name, as the object describes it (read before loading): None when
+        the map has no BTF."""
+        btf = lib().bpf_object__btf(self._obj)
+        for m in self._maps():
+            if _name(lib().bpf_map__name(m)) == name:
+                key, value = lib().bpf_map__btf_key_type_id(m), lib().bpf_map__btf_value_type_id(m)
+                return _btf_table(btf, key, value) if btf and (key or value) else None
+        raise BpfError("map %r not found in %s; it has: %s" % (
+            name, self.path, ", ".join(m["name"] for m in self.maps()) or "none"))
 
     def _find_program(self, name):
         for p in self._programs():
@@ -901,46 +914,59 @@ class Map(Fd):
         return ret == 0
 
     def keys(self) -> list[bytes]:
-        out = []
+        return list(self._keys())
+
+    def _keys(self) -> Iterator[bytes]:
         cur = None
         nxt = ctypes.create_string_buffer(self.info["key_size"])
         while True:
             ret = lib().bpf_map_get_next_key(self.fd, cur, nxt)
             if ret < 0:
                 if -ret == errno_mod.ENOENT:
-                    return out
+                    return
                 _check(ret, "iterate map %s" % self.label)
-            out.append(nxt.raw)
+            yield nxt.raw
             cur = ctypes.create_string_buffer(nxt.raw, self.info["key_size"])
 
-    def items(self) -> Iterator[tuple[bytes, bytes | list[bytes]]]:
-        """Every (key, value), values as lookup() gives them: in batches where the kernel can (batches()),
-        else key by key."""
-        batches = self.batches()
+    def items(self, limit: int | None = None) -> Iterator[tuple[bytes, bytes | list[bytes]]]:
+        """Every (key, value), or the first limit of them, values as lookup() gives them: in batches where the
+        kernel can (batches()), else key by key."""
+        batches = self.batches(limit)
         if batches is None:
-            for key in self.keys():
+            found = 0
+            for key in self._keys():
+                if limit is not None and found >= limit:
+                    return
                 value = self.lookup(key)
                 if value is not None:
+                    found += 1
                     yield key, value
             return
         key_size, value_bytes = self.info["key_size"], self.slot * self.ncpus
+        found = 0
         for keys, values, count in batches:
             for i in range(count):
+                if limit is not None and found >= limit:
+                    return
+                found += 1
                 value = values[i * value_bytes:(i + 1) * value_bytes]
                 if self.percpu:
                     value = [value[c * self.slot:c * self.slot + self.info["value_size"]] for c in range(self.ncpus)]
                 yield keys[i * key_size:(i + 1) * key_size], value
 
-    def batches(self) -> list[tuple[bytes, bytes, int]] | None:
-        """The whole map as (keys, values, count) chunks read with BPF_MAP_LOOKUP_BATCH: one call for a map of
-        counters instead of one per key (the exporter reads every counter map on each scrape). The chunks
-        hold count keys and count values back to back, values laid out as lookup() reads them (per-CPU:
-        slot bytes per CPU). None where this kernel cannot read the map type so (before Linux 5.6, or a
-        type without batches)."""
+    def batches(self, limit: int | None = None) -> list[tuple[bytes, bytes, int]] | None:
+        """The whole map (or chunks that hold at least its first limit entries, where it has them) as (keys,
+        values, count) chunks read with BPF_MAP_LOOKUP_BATCH: one call for a map of counters instead of one
+        per key (the exporter reads every counter map on each scrape). The chunks hold count keys and count
+        values back to back, values laid out as lookup() reads them (per-CPU: slot bytes per CPU). None where
+        this kernel cannot read the map type so (before Linux 5.6, or a type without batches)."""
         if self.info["type_id"] not in BATCH_MAP_TYPES:
             return None
         key_size, value_bytes = self.info["key_size"], self.slot * self.ncpus
         size = min(self.info["max_entries"], BATCH_SIZE) or 1
+        if limit is not None and self.info["type_id"] in ARRAY_MAP_TYPES:
+            # A hash's batch takes whole buckets (ENOSPC when one does not fit): only an array's is cut to size.
+            size = max(min(size, limit), 1)
         keys = ctypes.create_string_buffer(size * key_size)
         values = ctypes.create_string_buffer(size * value_bytes)
         token = ctypes.create_string_buffer(max(key_size, 8))  # where the next batch starts (a key or a bucket)
@@ -956,7 +982,8 @@ class Map(Fd):
                 out.append((keys.raw[:count.value * key_size], values.raw[:count.value * value_bytes], count.value))
             read += count.value
             # ENOENT: that was the last batch; an array has all its keys, once they are read there are no more.
-            if ret < 0 or (self.info["type_id"] in ARRAY_MAP_TYPES and read == self.info["max_entries"]):
+            if ret < 0 or (self.info["type_id"] in ARRAY_MAP_TYPES and read == self.info["max_entries"]) \
+                    or (limit is not None and read >= limit):
                 return out
             start = ctypes.create_string_buffer(token.raw, len(token.raw))
 
@@ -1029,7 +1056,8 @@ def _btf_type(btf, type_id: int) -> dict:
     out = {"kind": kind, "name": _name(lib().btf__name_by_offset(btf, head.name_off))}
     out["size" if kind in _BTF_SIZED else "type"] = head.size_or_type
     if kind == "int":
-        out.update(signed=bool(words[0] >> 24 & 1), bool=bool(words[0] >> 24 & 4), bits=words[0] & 0xff)
+        out.update(signed=bool(words[0] >> 24 & 1), char=bool(words[0] >> 24 & 2), bool=bool(words[0] >> 24 & 4),
+                   bits=words[0] & 0xff)
     elif kind == "array":
         out.update(type=words[0], nelems=words[2])
     elif kind in ("struct", "union"):
@@ -1065,19 +1093,24 @@ def map_btf(m: Map) -> dict | None:
     btf = _check_ptr(lib().btf__load_from_kernel_by_id(info.btf_id),
                      "load BTF id %d of map %s" % (info.btf_id, m.label))
     try:
-        types = {}
-        todo = [t for t in (info.btf_key_type_id, info.btf_value_type_id) if t]
-        while todo:
-            type_id = todo.pop()
-            if type_id in types:
-                continue
-            types[type_id] = entry = _btf_type(btf, type_id)
-            if entry["kind"] != "ptr" and entry.get("type"):
-                todo.append(entry["type"])
-            todo.extend(member["type"] for member in entry.get("members", ()) if member["type"])
+        return _btf_table(btf, info.btf_key_type_id, info.btf_value_type_id)
     finally:
         lib().btf__free(btf)
-    return {"key": info.btf_key_type_id, "value": info.btf_value_type_id, "types": types}
+
+
+def _btf_table(btf, key_type_id: int, value_type_id: int) -> dict:
+    """map_btf()'s answer from a struct btf: every type the key and value reach, pointers excepted."""
+    types = {}
+    todo = [t for t in (key_type_id, value_type_id) if t]
+    while todo:
+        type_id = todo.pop()
+        if type_id in types:
+            continue
+        types[type_id] = entry = _btf_type(btf, type_id)
+        if entry["kind"] != "ptr" and entry.get("type"):
+            todo.append(entry["type"])
+        todo.extend(member["type"] for member in entry.get("members", ()) if member["type"])
+    return {"key": key_type_id, "value": value_type_id, "types": types}
 
 
 class Link(Fd):

@@ -5,7 +5,7 @@ import struct
 import pytest
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
-from ansible_collections.ebpf.xdp.plugins.module_utils.maps import map_entry as _map_entry
+from ansible_collections.ebpf.xdp.plugins.module_utils.maps import btf as _btf, map_entry as _map_entry
 from ansible_collections.ebpf.xdp.plugins.module_utils.maps.map_entry import MapEntryError
 
 # The type table _bpf.map_btf reads for xdp_multicast's mcast_addrs (struct mcast_key -> __u32), trimmed.
@@ -38,7 +38,7 @@ class Resolver:
         return {"/sys/fs/bpf/egress": 42, 42: 42}[ref]
 
 
-ENC = _map_entry.Encoder(Resolver())
+ENC = _btf.Encoder(Resolver())
 
 
 def encode(layout, value):
@@ -54,45 +54,45 @@ def u32(number):
 
 @pytest.mark.parametrize("value", [7, "7", " 0x7 ", "+7"])
 def test_an_integer_in_any_of_its_spellings(value):
-    assert encode(_map_entry.Int(4), value) == u32(7)
+    assert encode(_btf.Int(4), value) == u32(7)
 
 
 def test_integers_are_range_checked_by_type():
-    assert encode(_map_entry.Int(1), 255) == b"\xff"
-    assert encode(_map_entry.Int(2, signed=True), -2) == b"\xfe\xff"
+    assert encode(_btf.Int(1), 255) == b"\xff"
+    assert encode(_btf.Int(2, signed=True), -2) == b"\xfe\xff"
     with pytest.raises(MapEntryError, match=r"entries\[0\].key: 256 is out of range for u8 \(0..255\)"):
-        encode(_map_entry.Int(1), 256)
+        encode(_btf.Int(1), 256)
     with pytest.raises(MapEntryError, match=r"-1 is out of range for __u32 \(0..4294967295\)"):
-        encode(_map_entry.Int(4, name="__u32"), -1)
+        encode(_btf.Int(4, name="__u32"), -1)
     with pytest.raises(MapEntryError, match=r"128 is out of range for s8 \(-128..127\)"):
-        encode(_map_entry.Int(1, signed=True), 128)
+        encode(_btf.Int(1, signed=True), 128)
 
 
 def test_a_string_with_leading_zeros_is_decimal_and_words_are_no_integers():
-    assert encode(_map_entry.Int(4), "010") == u32(10)
+    assert encode(_btf.Int(4), "010") == u32(10)
     with pytest.raises(MapEntryError, match=r"'eth1' is not a value for u32; give an integer, \{ifindex: NAME\}"):
-        encode(_map_entry.Int(4), "eth1")
+        encode(_btf.Int(4), "eth1")
     with pytest.raises(MapEntryError, match="1.5 is not a value"):
-        encode(_map_entry.Int(4), 1.5)
+        encode(_btf.Int(4), 1.5)
 
 
 def test_an_interface_resolves_to_its_index_and_an_unknown_one_says_where():
-    assert encode(_map_entry.Int(4), {"ifindex": "eth1"}) == u32(3)
-    assert encode(_map_entry.Int(4), {"ifindex": 9}) == u32(9)
+    assert encode(_btf.Int(4), {"ifindex": "eth1"}) == u32(3)
+    assert encode(_btf.Int(4), {"ifindex": 9}) == u32(9)
     with pytest.raises(MapEntryError, match="interface 'nope' does not exist in network namespace 'lab'"):
-        encode(_map_entry.Int(4), {"ifindex": "nope"})
+        encode(_btf.Int(4), {"ifindex": "nope"})
 
 
 def test_an_address_fills_an_integer_field_of_its_size_only():
-    assert encode(_map_entry.Int(4), "10.0.0.1") == bytes([10, 0, 0, 1])
+    assert encode(_btf.Int(4), "10.0.0.1") == bytes([10, 0, 0, 1])
     with pytest.raises(MapEntryError, match="the IPv6 address ff0e::1 is 16 bytes; u32 is 4"):
-        encode(_map_entry.Int(4), "ff0e::1")
+        encode(_btf.Int(4), "ff0e::1")
     with pytest.raises(MapEntryError, match="the IPv4 address 10.0.0.1 is 4 bytes; u64 is 8"):
-        encode(_map_entry.Int(8), "10.0.0.1")
+        encode(_btf.Int(8), "10.0.0.1")
 
 
 def test_without_btf_an_integer_takes_either_sign_and_bytes_must_match_the_size():
-    key = _map_entry.Sized(4, "key")
+    key = _btf.Sized(4, "key")
     assert encode(key, -1) == b"\xff" * 4 and encode(key, 0xffffffff) == b"\xff" * 4
     assert encode(key, {"hex": "0a 00 00 01"}) == bytes([10, 0, 0, 1])
     assert encode(key, {"hex": "0x0a000001"}) == bytes([10, 0, 0, 1])
@@ -107,14 +107,14 @@ def test_without_btf_an_integer_takes_either_sign_and_bytes_must_match_the_size(
         with pytest.raises(MapEntryError, match=r"is a number, not hex digits; quote the hex digits: \{hex: '0a'\}"):
             encode(key, {"hex": number})
     assert key.decode(u32(5)) == 5
-    assert _map_entry.Sized(6, "value").decode(b"\x02\0\0\0\0\x01") == {"hex": "020000000001"}
+    assert _btf.Sized(6, "value").decode(b"\x02\0\0\0\0\x01") == {"hex": "020000000001"}
 
 
 # ---------------------------------------------------------------- BTF
 
 
 def mcast_key():
-    return _map_entry.layout_from_btf(MCAST_TYPES, 50)
+    return _btf.layout_from_btf(MCAST_TYPES, 50)
 
 
 def test_a_struct_key_from_btf_field_by_field():
@@ -150,13 +150,13 @@ def test_an_address_where_the_field_is_too_small():
     types[50] = dict(types[50], size=8)
     with pytest.raises(MapEntryError, match=r"key.addr: the IPv6 address ff0e::1 is 16 bytes; __u8\[4\] has room "
                                             r"for 4"):
-        encode(_map_entry.layout_from_btf(types, 50), {"kind": 6, "addr": "ff0e::1"})
+        encode(_btf.layout_from_btf(types, 50), {"kind": 6, "addr": "ff0e::1"})
 
 
 def test_booleans_and_a_byte_array_that_takes_a_mac_and_a_list_of_bytes():
-    flag = _map_entry.Int(1, name="_Bool", boolean=True)
+    flag = _btf.Int(1, name="_Bool", boolean=True)
     assert encode(flag, True) == b"\x01" and flag.decode(b"\x01") is True
-    layout = _map_entry.Bytes(6, "__u8[6]")
+    layout = _btf.Bytes(6, "__u8[6]")
     assert encode(layout, "02-00-00-00-00-01") == bytes.fromhex("020000000001")
     assert encode(layout, "02:00:00:00:00:0A") == bytes.fromhex("02000000000a")
     assert encode(layout, [1, "2", 0x3]) == bytes([1, 2, 3, 0, 0, 0])
@@ -176,7 +176,7 @@ def test_arrays_enums_and_bitfields():
             {"name": "low", "type": 6, "bit_offset": 128, "bitfield_size": 4},
             {"name": "high", "type": 6, "bit_offset": 132, "bitfield_size": 28}]},
     }}
-    layout = _map_entry.layout_from_btf(types, 10)
+    layout = _btf.layout_from_btf(types, 10)
     raw = encode(layout, {"action": "DROP", "ports": [80, 443], "low": 15, "high": 1})
     assert raw == u32(1) + u32(80) + u32(443) + u32(0) + u32(0x1f)
     assert layout.decode(raw) == {"action": "DROP", "ports": [80, 443, 0], "low": 15, "high": 1}
@@ -186,7 +186,7 @@ def test_arrays_enums_and_bitfields():
         encode(layout, {"ports": [1, 2, 3, 4]})
 
 
-def test_anonymous_unions_flatten_and_overlapping_fields_are_refused():
+def test_anonymous_unions_flatten_and_overlapping_fields_must_agree():
     types = {**U32, **{
         20: {"kind": "union", "name": "", "size": 4, "members": [
             {"name": "fd", "type": 6, "bit_offset": 0, "bitfield_size": 0},
@@ -195,29 +195,32 @@ def test_anonymous_unions_flatten_and_overlapping_fields_are_refused():
             {"name": "ifindex", "type": 6, "bit_offset": 0, "bitfield_size": 0},
             {"name": "", "type": 20, "bit_offset": 32, "bitfield_size": 0}]},
     }}
-    layout = _map_entry.layout_from_btf(types, 21)
+    layout = _btf.layout_from_btf(types, 21)
     assert [f.name for f in layout.fields] == ["ifindex", "fd", "id"]
     # A field named ifindex takes an interface name alone.
     assert encode(layout, {"ifindex": "eth0", "id": 7}) == u32(2) + u32(7)
-    assert layout.decode(u32(2) + u32(7)) == {"ifindex": 2, "fd": 7}
-    with pytest.raises(MapEntryError, match="fields fd and id of struct val share bytes"):
+    # Every member of a union is shown, as bpftool does; given together, they must say the same.
+    assert layout.decode(u32(2) + u32(7)) == {"ifindex": 2, "fd": 7, "id": 7}
+    assert encode(layout, {"ifindex": 2, "fd": 7, "id": 7}) == u32(2) + u32(7)
+    with pytest.raises(MapEntryError, match="fields fd and id of struct val share bytes and give them different "
+                                            "values; give one of them"):
         encode(layout, {"fd": 1, "id": 2})
 
 
 def test_typedefs_name_the_type_and_a_size_mismatch_falls_back_on_sizes():
     info = {"type": "hash", "key_size": 20, "value_size": 8}
     btf = {"key": 50, "value": 6, "types": MCAST_TYPES}
-    key, value = _map_entry.layouts(info, btf)
+    key, value = _btf.layouts(info, btf)
     assert key.name == "struct mcast_key"
     # The value's BTF says 4 bytes, the map says 8: the sizes win.
-    assert isinstance(value, _map_entry.Sized) and value.size == 8
-    key, value = _map_entry.layouts(dict(info, key_size=4, value_size=4), None)
+    assert isinstance(value, _btf.Sized) and value.size == 8
+    key, value = _btf.layouts(dict(info, key_size=4, value_size=4), None)
     assert (key.name, value.name) == ("a 4-byte key", "a 4-byte value")
 
 
 def test_a_forward_declared_type_has_no_layout():
     types = {1: {"kind": "fwd", "name": "bpf_devmap_val", "type": 0}}
-    assert _map_entry.layout_from_btf(types, 1) is None
+    assert _btf.layout_from_btf(types, 1) is None
 
 
 # ---------------------------------------------------------------- devmaps
@@ -225,7 +228,7 @@ def test_a_forward_declared_type_has_no_layout():
 
 def test_a_devmap_value_is_an_ifindex_and_a_program():
     info = {"type": "devmap", "key_size": 4, "value_size": 8}
-    _key, value = _map_entry.layouts(info, None)
+    _key, value = _btf.layouts(info, None)
     assert encode(value, {"ifindex": "eth1"}) == u32(3) + u32(0)
     assert encode(value, {"ifindex": {"ifindex": "eth1"}}) == u32(3) + u32(0)
     assert encode(value, 3) == u32(3) + u32(0)
@@ -235,7 +238,7 @@ def test_a_devmap_value_is_an_ifindex_and_a_program():
     with pytest.raises(MapEntryError, match=r"entries\[0\].key.ifindex: no interface has index 9 in network "
                                             r"namespace 'lab'"):
         encode(value, 9)
-    _key, four = _map_entry.layouts(dict(info, value_size=4), None)
+    _key, four = _btf.layouts(dict(info, value_size=4), None)
     assert encode(four, {"ifindex": "eth0"}) == u32(2) and four.decode(u32(2)) == {"ifindex": 2}
     with pytest.raises(MapEntryError, match="struct bpf_devmap_val has no field prog"):
         encode(four, {"ifindex": 2, "prog": 42})
@@ -274,7 +277,7 @@ def test_per_cpu_values_are_the_same_only_on_every_cpu():
 
 
 def test_decoded_entries_are_ordered_by_key_and_per_cpu_values_shown_when_they_differ():
-    layout = _map_entry.Int(4)
+    layout = _btf.Int(4)
     contents = {u32(256): (ONE, ONE), u32(3): (ONE, TWO), u32(1): (ZERO, ZERO)}
     assert _map_entry.decode_entries(contents, layout, layout, True) == [
         {"key": 1, "value": 0}, {"key": 3, "values": [1, 2]}, {"key": 256, "value": 1}]

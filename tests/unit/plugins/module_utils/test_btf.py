@@ -188,6 +188,6 @@ def test_malformed_btf_gives_no_layout_instead_of_a_traceback():
     deep[100] = u32
     for types, start in ((past_the_end, 2), (loop, 1), (deep, 1)):
         assert _btf.layout_from_btf(types, start) is None
-    key, _value = _btf.layouts({"type": "hash", "key_size": 4, "value_size": 4}, {"key": 2, "value": 0,
-                                                                                   "types": past_the_end})
+    btf = {"key": 2, "value": 0, "types": past_the_end}
+    key, _value = _btf.layouts({"type": "hash", "key_size": 4, "value_size": 4}, btf)
     assert isinstance(key, _btf.Sized)

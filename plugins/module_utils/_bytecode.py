@@ -36,6 +36,9 @@ import stat
 import sys
 import zipimport
 
+# Imported through Ansible's zip as before the finder exists: host/files and _errors are compiled each run.
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import files as _files
+
 CACHE_DIR = "/var/cache/ebpf_xdp/bytecode"
 PACKAGE = "ansible_collections.ebpf.xdp."
 
@@ -112,41 +115,24 @@ def _trusted(st: os.stat_result) -> bool:
 
 def _read(path: str, cache_dir: str):
     try:
-        if not _trusted(os.lstat(cache_dir)):
+        if not _trusted(os.lstat(cache_dir)) or not stat.S_ISDIR(os.lstat(cache_dir).st_mode):
             return None
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    try:
-        if not _trusted(os.fstat(fd)):
-            return None
-        with os.fdopen(fd, "rb") as handle:
-            fd = -1
-            return marshal.loads(handle.read())
+        data = _files.read_trusted(path)  # the same rules: no link, the user's file, written by no one else
+        return None if data is None else marshal.loads(data)
     except (OSError, EOFError, ValueError, TypeError):
         return None
-    finally:
-        if fd >= 0:
-            os.close(fd)
 
 
 def _write(path: str, code, cache_dir: str, prefix: str) -> None:
-    temporary = "%s.%d.tmp" % (path, os.getpid())
     try:
-        os.makedirs(cache_dir, 0o700, exist_ok=True)
-        if not _trusted(os.lstat(cache_dir)):
-            return
-        with os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as handle:
-            handle.write(marshal.dumps(code))
-        os.replace(temporary, path)
+        # Written as every file of the collection is (host/files): no link followed, a directory that is the
+        # user's alone (made 0700), the file 0600; an untrusted directory is refused there, and skipped here.
+        _files.write_atomically(path, marshal.dumps(code), 0o600, 0o700)
         for name in os.listdir(cache_dir):  # the entries of older sources of the same module
             if name.startswith(prefix) and os.path.join(cache_dir, name) != path and not name.endswith(".tmp"):
                 os.unlink(os.path.join(cache_dir, name))
-    except OSError:
+    except (OSError, _files.UnsafePathError):
         pass
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
 
 
 def install(package: str = PACKAGE, cache_dir: str = CACHE_DIR) -> None:

@@ -23,8 +23,12 @@ description:
   - VLAN tags, which the kernel moves out of a received frame before a packet socket sees it, are put back into
     the captured bytes, as tcpdump does, so the file holds the frames as they were on the wire.
   - The file is written to a temporary file beside O(path) and renamed over it at the end, so a reader never
-    finds half a capture, and a failed run leaves no file (and an existing file as it was). A new file gets the
-    mode C(0666) less the umask, a replaced one keeps its mode. The directory of O(path) must exist.
+    finds half a capture, and a failed run leaves no file (and an existing file as it was). The file is C(0600)
+    (frames are other people's traffic), new or replaced. The directory of O(path) must exist.
+  - Root never writes through a link, nor where another user could swap what it writes. The directory of
+    O(path) must belong to the user the module runs as and be writable by no one else (not C(/tmp) itself; a
+    directory of yours in it is fine), and O(path) must not be a symbolic link; the module refuses otherwise,
+    before capturing anything.
   - "A capture is an action, as a command is: every run writes a new file and reports C(changed=true). In check
     mode the module checks the options, the directory, the namespace and the interface, captures nothing, writes
     nothing and reports C(changed=true) (it would write the file)."
@@ -124,7 +128,7 @@ EXAMPLES = r"""
   ebpf.xdp.capture:
     interface: eth0
     netns: receiver
-    path: /tmp/receiver-eth0.pcap
+    path: /var/lib/ebpf_xdp/captures/receiver-eth0.pcap  # a directory root alone can write
     count: 500
     seconds: 5
 
@@ -133,12 +137,12 @@ EXAMPLES = r"""
     interface: eth0
     netns: sender
     direction: out
-    path: /tmp/sender-eth0.pcap
+    path: /var/lib/ebpf_xdp/captures/sender-eth0.pcap
 
 - name: DNS over UDP and TCP only, whole frames
   ebpf.xdp.capture:
     interface: eth0
-    path: /var/tmp/dns.pcap
+    path: /var/lib/ebpf_xdp/captures/dns.pcap
     protocols: [udp, tcp]
     ports: [53]
     snaplen: 65535
@@ -155,7 +159,7 @@ path:
   description: The pcap file written (in check mode, the one that would be).
   returned: always
   type: str
-  sample: /tmp/receiver-eth0.pcap
+  sample: /var/lib/ebpf_xdp/captures/receiver-eth0.pcap
 frames:
   description: Frames captured (written to the file); V(0) in check mode.
   returned: always

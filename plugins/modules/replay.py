@@ -107,12 +107,12 @@ EXAMPLES = r"""
     interface: veth-rx-peer
     direction: out
     count: 2000
-    path: /var/tmp/rx.pcap
+    path: /var/lib/ebpf_xdp/captures/rx.pcap
 
 - name: What would the new release do to that traffic?
   ebpf.xdp.replay:
     interface: eth0
-    pcap: /var/tmp/rx.pcap
+    pcap: /var/lib/ebpf_xdp/captures/rx.pcap
     object: /var/lib/ebpf_xdp/objects/filter-v2.o
   register: replayed
 

@@ -12,6 +12,7 @@ thread; frames are sent once its packet socket is bound (read in
 
 import concurrent.futures
 import os
+import stat
 import struct
 import time
 
@@ -254,6 +255,7 @@ def test_check_mode_writes_nothing_and_every_run_writes(run_distro, captures, pa
     first = run_distro("capture", args)
     assert first["changed"] is True and first["frames"] == 0, first
     inode = os.stat(path).st_ino
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, "frames are other people's traffic"
     # Not idempotent by nature: a second run captures anew and writes the file again (a new file, renamed over).
     future = captures.start(pair.rx, path, count=2)
     send_from(pair.tx, [frame(pair, "udp"), frame(pair, "tcp")])
@@ -300,6 +302,37 @@ def test_bad_input_fails_and_writes_nothing(run_distro, pair, tmp_path, args, me
     assert res.get("failed") is True and res["changed"] is False, res
     assert res["msg"] == message.format(**names), res
     assert os.listdir(out) == []
+
+
+@pytest.mark.parametrize("plant", ["link", "world-writable", "other user's"])
+@pytest.mark.parametrize("check", [True, False], ids=["check", "run"])
+def test_a_link_or_a_shared_directory_is_refused_before_capturing(run_distro, pair, tmp_path, plant, check):
+    """Root never writes through a link nor where another user could swap the file: refused with what is wrong,
+    the link's target untouched, nothing written."""
+    out = tmp_path / "out"
+    out.mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    path = out / "x.pcap"
+    if plant == "link":
+        path.symlink_to(victim)
+        message = "cannot write %s: it is a symbolic link (to %s); the capture never writes through a link: " \
+                  "remove it or give the real path" % (path, victim)
+    elif plant == "world-writable":
+        os.chmod(out, 0o777)
+        message = "cannot write %s: refusing to write in %s: %s is writable by its group or by others (mode 0777); " \
+                  "another user could replace what is written there (make it uid 0's and writable by it alone, " \
+                  "or use another directory)" % (path, out, out)
+    else:
+        os.chown(out, 65534, 65534)
+        message = "cannot write %s: refusing to write in %s: %s belongs to uid 65534, not to uid 0 that runs the " \
+                  "module; another user could replace what is written there (make it uid 0's and writable by it " \
+                  "alone, or use another directory)" % (path, out, out)
+    before = sorted(os.listdir(out))
+    res = run_distro("capture", dict(interface="eth0", netns=pair.rx, path=str(path), seconds=0.2), check=check)
+    assert res.get("failed") is True and res["changed"] is False, res
+    assert res["msg"] == message, res
+    assert sorted(os.listdir(out)) == before and victim.read_bytes() == b"keep"
 
 
 def test_without_privileges(run_distro, pair, tmp_path):

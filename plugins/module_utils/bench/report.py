@@ -425,7 +425,11 @@ def write(params: dict, check_mode: bool, plot) -> dict:
         if not os.path.isdir(dest):
             os.mkdir(dest, 0o755)
         for path in paths:
-            _files.write_atomically(path, report.content(os.path.basename(path), plot))
+            # 0644: a report is for people (published, served, opened by another user), not a secret.
+            try:
+                _files.write_atomically(path, report.content(os.path.basename(path), plot), 0o644, dir_mode=None)
+            except _files.UnsafePathError as exc:
+                raise ReportError(str(exc)) from None
     # Every run writes the files anew, as a command would: always a change.
     return dict(changed=True, dest=dest, files=paths, summary=report.summary,
                 failed_cases=failed_cases(report.summary))

@@ -30,6 +30,14 @@ from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpErr
 DEFAULT_CACHE_DIR = "/var/cache/ebpf_xdp/objects"
 BASE_FLAGS = ["-target", "bpf", "-O2", "-g"]
 CACHE_FORMAT = 1
+# The cache is root's (the modules' user's) alone: an entry is code the kernel will run, so no one else may
+# write it, and nothing in it is needed by another user (bpf_object hands out dest, or the path to read as root).
+CACHE_MODE = 0o600
+CACHE_DIR_MODE = 0o700
+# What a task installs where it says (bpf_object's dest, datapath's sources): 0644 in 0755 directories, as
+# ansible.builtin.copy leaves them, so that a non-root user can read and rebuild from them (sources, bpftool).
+SHIPPED_MODE = 0o644
+SHIPPED_DIR_MODE = 0o755
 
 
 class CompileError(EbpfXdpError):
@@ -144,7 +152,8 @@ class ObjectCache:
         obj, manifest_path = self.paths(key)
         directory = os.path.dirname(obj)
         made = not os.path.isdir(directory)
-        os.makedirs(directory, 0o755, exist_ok=True)  # concurrent compiles share the cache
+        # Checked before clang writes there (the user's alone, no link): concurrent compiles share the cache.
+        os.close(_files.open_directory(directory, CACHE_DIR_MODE))
         tmp = tempfile.mkdtemp(prefix=".build-", dir=directory)
         try:
             tmp_obj = os.path.join(tmp, "out.o")
@@ -160,17 +169,18 @@ class ObjectCache:
             finished = time.time()
             if sha256_file(src) != src_sha or any(started <= os.stat(d).st_mtime <= finished for d in deps):
                 raise CompileError("%s or a header it includes changed while compiling; run the task again" % src)
+            with open(tmp_obj, "rb") as handle:
+                data = handle.read()
             manifest = {
                 "argv": argv_for(obj),
                 "listings": listings(search_dirs),
                 "deps": {os.path.abspath(d): sha256_file(d) for d in deps},
-                "sha256": sha256_file(tmp_obj),
+                "sha256": hashlib.sha256(data).hexdigest(),
                 "warnings": (err or "").strip(),
             }
-            os.rename(tmp_obj, obj)
-            with open(manifest_path + ".tmp", "w") as handle:
-                json.dump(manifest, handle, indent=1, sort_keys=True)
-            os.rename(manifest_path + ".tmp", manifest_path)
+            _files.write_atomically(obj, data, CACHE_MODE, CACHE_DIR_MODE)
+            _files.write_atomically(manifest_path, json.dumps(manifest, indent=1, sort_keys=True).encode(),
+                                    CACHE_MODE, CACHE_DIR_MODE)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             if made:
@@ -214,14 +224,14 @@ class Sources:
         for name in names:
             path = os.path.join(self.directory, name)
             self.replaced.setdefault(path, self._read(path))
-            _files.write_atomically(path, self.files[name].encode())
+            _files.write_atomically(path, self.files[name].encode(), SHIPPED_MODE, SHIPPED_DIR_MODE)
 
     def put_back(self) -> None:
         for path, old in self.replaced.items():
             if old is None:
                 os.unlink(path)
             else:
-                _files.write_atomically(path, old)
+                _files.write_atomically(path, old, SHIPPED_MODE, SHIPPED_DIR_MODE)
         self.replaced = {}
 
     def close(self) -> None:
@@ -231,7 +241,7 @@ class Sources:
 def install(src: str, dest: str) -> None:
     """Copy src to dest atomically (write a temporary file, then rename), creating dest's directory if needed."""
     with open(src, "rb") as inp:
-        _files.write_atomically(os.path.abspath(dest), inp.read())
+        _files.write_atomically(os.path.abspath(dest), inp.read(), SHIPPED_MODE, SHIPPED_DIR_MODE)
 
 
 # Documented in plugins/modules/bpf_object.py; ebpf.xdp.datapath's objects take the same options.

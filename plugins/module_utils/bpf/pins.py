@@ -52,7 +52,7 @@ import re
 import shutil
 from typing import Iterator
 
-from ansible_collections.ebpf.xdp.plugins.module_utils.host import session as _session
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import files as _files, session as _session
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
@@ -349,10 +349,9 @@ def prune_empty(path: str, stop: str) -> None:
 def lock(netns_key: str, name: str) -> Iterator[None]:
     """Serialise changes to one thing (an interface, a group) across concurrent module runs."""
     directory = os.path.join(LOCK_DIR, netns_key)
-    # exist_ok: two first runs in a namespace may create it at the same moment.
-    os.makedirs(directory, 0o700, exist_ok=True)
-    # Root's only, like the pins: whoever can open a lock can hold it and stall every run.
-    with os.fdopen(os.open(os.path.join(directory, name + ".lock"), os.O_WRONLY | os.O_CREAT, 0o600), "w") as handle:
+    # Root's only, like the pins: whoever can open a lock can hold it and stall every run; and never opened
+    # through a link (O_NOFOLLOW, in a directory checked to be root's alone: host/files).
+    with os.fdopen(_files.open_lock(os.path.join(directory, name + ".lock")), "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         # What the session read before the lock, another run may have changed since: read it again.
         _session.wrote()

@@ -47,11 +47,11 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import shutil
 from typing import Iterator
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf.compile import sha256_file
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import files as _files
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 DEFAULT_OBJECT_STORE = "/var/lib/ebpf_xdp/revisions"
@@ -225,9 +225,10 @@ class ObjectStore:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        # Many lab hosts (namespaces) of one machine share the store: one change at a time.
-        os.makedirs(self.directory, 0o700, exist_ok=True)
-        with open(os.path.join(self.directory, ".lock"), "w") as handle:
+        # Many lab hosts (namespaces) of one machine share the store: one change at a time. The store is code
+        # the kernel will run: its directory is checked to be the module user's alone (host/files).
+        self.check()
+        with os.fdopen(_files.open_lock(os.path.join(self.directory, ".lock")), "w") as handle:
             fcntl.flock(handle, fcntl.LOCK_EX)
             try:
                 yield
@@ -252,29 +253,34 @@ class ObjectStore:
                 self._copy(source, digest)
             self._reference(digest, owner)
 
+    def check(self) -> None:
+        """Refuse (RevisionError) a store directory another user owns or can write, or a link; make it (0700)
+        when missing."""
+        try:
+            os.close(_files.open_directory(self.directory, 0o700))
+        except _files.UnsafePathError as exc:
+            raise RevisionError("object store %s is not trusted: %s" % (self.directory, str(exc).replace(
+                "refusing to write in %s: " % os.path.abspath(self.directory), ""))) from None
+
     def _copy(self, source: str, digest: str) -> None:
         target = self.path(digest)
-        if os.path.isfile(target) and sha256_file(target) == digest:
+        kept = _files.read_trusted(target)
+        if kept is not None and hashlib.sha256(kept).hexdigest() == digest:
             return
-        temporary = "%s.%d.tmp" % (target, os.getpid())
-        try:
-            with open(source, "rb") as src, os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
-                                                              0o600), "wb") as dst:
-                shutil.copyfileobj(src, dst)
-            if sha256_file(temporary) != digest:
-                raise RevisionError("object %s changed while it was copied into the object store %s; run the task "
-                                    "again" % (source, self.directory))
-            os.replace(temporary, target)
-        finally:
-            if os.path.exists(temporary):
-                os.unlink(temporary)
+        with open(source, "rb") as src:
+            data = src.read()
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise RevisionError("object %s changed while it was copied into the object store %s; run the task "
+                                "again" % (source, self.directory))
+        _files.write_atomically(target, data, 0o600, 0o700)
 
     def _reference(self, digest: str, owner: str) -> None:
         refs = self._refs(digest)
-        os.makedirs(refs, 0o700, exist_ok=True)
         ref_path = os.path.join(refs, _ref_name(owner))
-        fd = os.open(ref_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        # A lock file (open_lock: no link followed, a checked directory) whose content names its record.
+        fd = _files.open_lock(ref_path, 0o700)
         try:
+            os.ftruncate(fd, 0)
             os.write(fd, owner.encode("utf-8"))
             fcntl.flock(fd, fcntl.LOCK_SH)
         except BaseException:

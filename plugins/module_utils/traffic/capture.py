@@ -32,7 +32,7 @@ import struct
 import time
 from dataclasses import dataclass, field
 
-from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import files as _files, netns as _netns
 from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import pcap as _pcap
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
@@ -118,8 +118,15 @@ class Settings:
             raise CaptureError("cannot write %s: its directory %s does not exist" % (self.path, directory))
         if os.path.isdir(self.path):
             raise CaptureError("cannot write %s: it is a directory; give the path of the pcap file" % self.path)
+        if os.path.islink(self.path):
+            raise CaptureError("cannot write %s: it is a symbolic link (to %s); the capture never writes through a "
+                               "link: remove it or give the real path" % (self.path, os.readlink(self.path)))
         if not os.access(directory, os.W_OK | os.X_OK):
             raise CaptureError("cannot write %s: no permission to create files in %s" % (self.path, directory))
+        try:  # before any frame is captured, in check mode too: the Writer checks again when it writes
+            os.close(_files.open_directory(directory, create_mode=None))
+        except _files.UnsafePathError as exc:
+            raise CaptureError("cannot write %s: %s" % (self.path, exc)) from None
 
     def wants(self, pkttype: int, frame: bytes) -> str | None:
         """The frame's protocol when the settings keep it, else None."""

@@ -31,11 +31,11 @@ import collections
 import ipaddress
 import os
 import struct
-import tempfile
 import time
 from typing import Iterable, NamedTuple
 
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import files as _files
 
 LINKTYPE_ETHERNET = 1
 MAGIC_USEC = 0xA1B2C3D4
@@ -49,6 +49,8 @@ RECORD_HEADER = 16
 MAX_SNAPLEN = 65535
 # libpcap's own bound on a record: a larger one is a corrupt length field, not a frame.
 MAX_RECORD = 262144
+# Captured frames are other people's traffic: readable by the capturing user alone.
+MODE = 0o600
 
 # Link types a user is likely to bring instead of Ethernet, with what to do about them.
 LINKTYPES = {
@@ -100,8 +102,8 @@ class Record(NamedTuple):
 class Writer:
     """A pcap file written record by record into a temporary file beside `path`, renamed over `path` when the
     block ends without an error: a reader finds the old file or the whole new one, never half of it, and a
-    failed capture leaves nothing. The file gets the mode a new file would (0666 less the umask), or the mode
-    of the file it replaces.
+    failed capture leaves nothing. Frames are other people's traffic: the file is 0600 (the running user's
+    alone), written never through a link and only in a directory no one else can change (host/files).
 
         with Writer(path, snaplen) as out:
             out.write(time.time(), frame)
@@ -115,16 +117,15 @@ class Writer:
         self.linktype = linktype
         self.records = 0
         self._file = None
-        self._tmp = None
 
     def __enter__(self) -> Writer:
         directory = os.path.dirname(os.path.abspath(self.path))
         try:
-            fd, self._tmp = tempfile.mkstemp(prefix=".%s." % os.path.basename(self.path), suffix=".tmp",
-                                             dir=directory)
+            self._file = _files.AtomicFile(self.path, MODE, dir_mode=None)
+        except _files.UnsafePathError as exc:
+            raise PcapError(self.path, str(exc)) from None
         except OSError as exc:
             raise PcapError(self.path, "cannot write a file in %s: %s" % (directory, exc.strerror or exc))
-        self._file = os.fdopen(fd, "wb")
         self._file.write(struct.pack("=IHHiIII", MAGIC_USEC, VERSION[0], VERSION[1], 0, 0, self.snaplen,
                                      self.linktype))
         return self
@@ -143,43 +144,10 @@ class Writer:
         micros = int(round((timestamp - seconds) * 1e6))
         if micros >= 1000000:  # .9999996 rounds up into the next second
             seconds, micros = seconds + 1, micros - 1000000
-        self._file.write(struct.pack("=IIII", seconds, micros, len(data), length))
-        self._file.write(data)
+        self._file.write(struct.pack("=IIII", seconds, micros, len(data), length) + data)
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        try:
-            if exc_type is None:
-                self._file.flush()
-                os.fsync(self._file.fileno())
-            self._file.close()
-            if exc_type is None:
-                os.chmod(self._tmp, _mode_for(self.path))
-                os.replace(self._tmp, self.path)
-                self._tmp = None
-        finally:
-            if self._tmp is not None:
-                os.unlink(self._tmp)
-                self._tmp = None
-
-
-def _mode_for(path: str) -> int:
-    """The mode the file at `path` has now, or the one open(2) would give a new file (mkstemp's is 0600)."""
-    try:
-        return os.stat(path).st_mode & 0o7777
-    except FileNotFoundError:
-        return 0o666 & ~_umask()
-
-
-def _umask() -> int:
-    # /proc says it without changing it (os.umask can only be read by setting it, which threads would see).
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    return 0o022
+        self._file.__exit__(exc_type, exc, tb)
 
 
 def write(path: str, records: Iterable, snaplen: int = MAX_SNAPLEN) -> int:

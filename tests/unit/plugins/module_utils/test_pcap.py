@@ -101,17 +101,38 @@ def test_the_write_is_atomic_and_leaves_nothing_on_failure(tmp_path):
     assert path.read_bytes() == before and os.listdir(tmp_path) == ["out.pcap"]
 
 
-def test_a_new_file_gets_the_umask_mode_and_a_replaced_one_keeps_its_own(tmp_path):
+def test_a_capture_is_the_users_alone_whatever_the_umask_or_the_file_it_replaces(tmp_path):
     path = tmp_path / "out.pcap"
-    old = os.umask(0o027)
+    old = os.umask(0)
     try:
         _pcap.write(str(path), [udp()])
     finally:
         os.umask(old)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o640
-    os.chmod(path, 0o604)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    os.chmod(path, 0o644)
     _pcap.write(str(path), [udp()])
-    assert stat.S_IMODE(path.stat().st_mode) == 0o604
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_the_writer_never_writes_through_a_link_nor_in_a_directory_others_can_change(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    link = tmp_path / "out.pcap"
+    link.symlink_to(victim)
+    with pytest.raises(_pcap.PcapError) as err:
+        _pcap.write(str(link), [udp()])
+    assert str(err.value) == "%s: refusing to write %s: it is a symbolic link (to %s); remove it or give the real " \
+        "path" % (link, link, victim)
+    assert victim.read_bytes() == b"keep" and link.is_symlink() and sorted(os.listdir(tmp_path)) == [
+        "out.pcap", "victim"]
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o777)
+    os.chmod(shared, 0o777)
+    with pytest.raises(_pcap.PcapError) as err:
+        _pcap.write(str(shared / "out.pcap"), [udp()])
+    assert "refusing to write in %s: %s is writable by its group or by others (mode 0777)" % (shared, shared) \
+        in str(err.value)
+    assert os.listdir(shared) == []
 
 
 def test_the_writer_refuses_records_that_break_the_format(tmp_path):

@@ -120,6 +120,39 @@ def test_tc_killed_at_each_step(pair, tc_obj, tc_v2, pin_root, method, point, st
     assert gone["changed"] and filters(pair.rx) == [] and tcx_prog_ids(pair.rx) == [] and pins(pin_root) == []
 
 
+@pytest.mark.parametrize("step", ["attach", "upgrade"])
+@pytest.mark.parametrize("point", ["after_attach", "after_pin"])
+@pytest.mark.parametrize("module", ["xdp_program", "tc_program"])
+def test_an_error_after_the_attach_keeps_the_proof_that_the_program_is_ours(pair, drop_obj, drop_v2, tc_obj,  # noqa
+                                                                              tc_v2, pin_root, module, point, step,
+                                                                              direct):
+    """An exception (not a kill) once the new program is on the hook: the failure path leaves the attachment's
+    maps/ (and its link) in place, since they are what proves the program ours. The task fails with the error,
+    the program stays attached, and the next run takes it back (no force) and converges; a tc cls_bpf filter has
+    no link pin, so its maps are the only proof."""
+    if module == "xdp_program":
+        args, newer = dict(interface="eth0", netns=pair.rx, object=drop_obj, mode="native"), drop_v2
+    else:
+        args, newer = dict(interface="eth0", netns=pair.rx, object=tc_obj, program="tc_drop_count",
+                           method="cls_bpf", constants={"tc_action": TC_SHOT}), tc_v2
+    if step == "upgrade":
+        direct(module, args)
+        args = dict(args, object=newer)
+    res = direct(module, args, env={_converge.FAULT_POINT_ENV: "raise:" + point})
+    assert res.get("failed") and res["msg"] == "fault injected at %s" % point, res
+    on_hook = xdp_witness(pair)[0] if module == "xdp_program" else filters(pair.rx)[0]["options"]["prog"]["id"]
+    hook = "xdp" if module == "xdp_program" else "tc_ingress"
+    directory = os.path.join(pin_root, pair.rx, "eth0", hook)
+    with _bpf.Program.from_id(on_hook) as prog:
+        map_ids = prog.info()["map_ids"]
+    with _bpf.Map.from_pin(os.path.join(directory, "maps", "proto_count")) as kept:
+        assert kept.info["id"] in map_ids, "the program on the hook uses the maps the failed run kept"
+    first = converges(direct, module, args)
+    assert first["attached"] and not first.get("failed"), first
+    gone = direct(module, dict(args, state="absent"))
+    assert gone["changed"] and pins(pin_root) == [], gone
+
+
 @pytest.mark.kernel("xdp_dispatcher")
 def test_named_xdp_killed_then_converges_with_one_program_of_ours(run_distro, pair, drop_obj, release_obj,  # noqa
                                                                    pin_root, loader_cleanup):

@@ -78,15 +78,19 @@ FAULT_POINT_ENV = "EBPF_XDP_FAULT_POINT"
 
 
 def fault_point(name: str) -> None:
-    """Test-only: die here (SIGKILL, no cleanup) when EBPF_XDP_FAULT_POINT names this point.
+    """Test-only: die here (SIGKILL, no cleanup) when EBPF_XDP_FAULT_POINT names this point, or raise an error
+    (the failure path runs) when it says `raise:` and the point.
 
-    A crash at each step of an attach or an upgrade must leave state the next
-    run converges (tests/integration/test_faults.py). Killing from outside
-    at the right microsecond is not reproducible, so the steps name themselves;
-    an unset variable costs one dictionary lookup.
+    A crash or an error at each step of an attach or an upgrade must leave
+    state the next run converges (tests/integration/test_faults.py). Killing
+    from outside at the right microsecond is not reproducible, so the steps
+    name themselves; an unset variable costs one dictionary lookup.
     """
-    if os.environ.get(FAULT_POINT_ENV) == name:
+    wanted = os.environ.get(FAULT_POINT_ENV)
+    if wanted == name:
         os.kill(os.getpid(), signal.SIGKILL)
+    if wanted == "raise:" + name:
+        raise HookError("fault injected at %s" % name)
 
 
 # The largest placement a record can get, to check its size before the swap.
@@ -523,6 +527,7 @@ class Converger:
         created = self.pins.make(maps=not shared)
         if shared:
             created = _pins.make_dirs(self.maps_dir(shared)) + created
+        attached = False
         try:
             with self._load(identity, self.maps_dir(shared)) as loaded:
                 fault_point("after_load")
@@ -546,6 +551,7 @@ class Converger:
                 self._objects().keep(self.desired.path, record)  # a rollback must find it by its digest
                 self.hook.prepare(loaded)
                 attachment = self._swap(action, observed, loaded.program)
+                attached = True
                 fault_point("after_attach")
                 if attachment.program is not None:
                     with attachment.program:  # the hook's own copy is the program on the hook
@@ -556,9 +562,13 @@ class Converger:
                 loaded.pin_maps()  # bcc's tables, once their program is on the hook (libbpf pinned at load)
                 fault_point("after_pin")
         except Exception:
-            if shared and self.maps_dir(shared) in created:
-                shutil.rmtree(self.maps_dir(shared))  # a new set: only this run's maps are in it
-            self.pins.undo(created)
+            # Once the new program is on the hook, what this run pinned (its link, its maps) is the proof that
+            # it is ours: the next run takes it back (adopt) instead of refusing it as another tool's. Only a
+            # failure before the attach removes what the run made.
+            if not attached:
+                if shared and self.maps_dir(shared) in created:
+                    shutil.rmtree(self.maps_dir(shared))  # a new set: only this run's maps are in it
+                self.pins.undo(created)
             raise
         record.update(attachment.as_record())
         fault_point("before_record")

@@ -1,0 +1,145 @@
+"""Roles that build commands from inventory values refuse names that are not names, before they change anything.
+
+The lab role writes namespace and interface names, MACs and addresses into
+`ip` arguments and `ip -batch` input; a value holding a space or a newline
+was a second word or a second command there (before these checks, a MAC
+"02:00:00:00:82:01\\nnetns add y" made the namespace y).
+Each case runs lab_up.yml (or lab_down.yml) on an inventory of its own with
+one bad value and asserts the refusal names it, and that no namespace, pin
+or file appeared. The namespaces are unique per run and never created.
+"""
+
+import os
+import uuid
+
+import pytest
+import yaml
+
+from conftest import ROOT, ansible_playbook, task_results
+
+PLAYBOOKS = os.path.join(ROOT, "playbooks")
+CHECK = "Check the names and addresses of the topology"
+
+
+def netns_names():
+    return sorted(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else []
+
+
+class Topology:
+    """A two-namespace lab inventory (unique names), one value of it spoilt by the case."""
+
+    def __init__(self, path):
+        self.tag = "ri" + uuid.uuid4().hex[:6]
+        self.path = str(path)
+        self.sender, self.receiver = self.tag + "-s", self.tag + "-r"
+        self.vars = {
+            "lab_namespaces": [self.sender, self.receiver],
+            "lab_links": [{"a": {"netns": self.sender, "ifname": "eth0", "mac": "02:00:00:00:81:01",
+                                 "ipv4": "10.97.0.1/24"},
+                           "b": {"netns": self.receiver, "ifname": "eth0", "mac": "02:00:00:00:82:01",
+                                 "ipv4": "10.97.0.2/24"}}],
+            "lab_pin_root": "/sys/fs/bpf/ebpf_xdp",
+        }
+
+    def run(self, playbook, check=False):
+        os.makedirs(os.path.join(self.path, "group_vars"), exist_ok=True)
+        with open(os.path.join(self.path, "hosts.yml"), "w") as f:
+            yaml.safe_dump({"all": {"hosts": {"localhost": {"ansible_connection": "local",
+                                                            "ansible_python_interpreter": "/usr/bin/python3"}}}}, f)
+        with open(os.path.join(self.path, "group_vars", "all.yml"), "w") as f:
+            yaml.safe_dump(self.vars, f)
+        return ansible_playbook("-i", self.path, os.path.join(PLAYBOOKS, playbook), check=check, expect_ok=False)
+
+
+def refused(topology, playbook, check=False):
+    """Run playbook; assert it failed at the name check and nothing of the lab appeared. The check's message.
+
+    Other tests make namespaces and pins on this machine meanwhile: only names holding the case's tag count.
+    """
+    out = topology.run(playbook, check=check)
+    assert out["stats"]["localhost"]["failures"] == 1 and out["stats"]["localhost"]["changed"] == 0, out["stats"]
+    result = task_results(out, CHECK)["localhost"]
+    assert result.get("failed") and "Traceback" not in result["msg"], result
+    # Nothing appeared: no namespace of the topology (or one smuggled in by a name), no pin directory.
+    assert [n for n in netns_names() if topology.tag in n] == []
+    pins = os.listdir("/sys/fs/bpf/ebpf_xdp") if os.path.isdir("/sys/fs/bpf/ebpf_xdp") else []
+    assert [n for n in pins if topology.tag in n] == []
+    return result["msg"]
+
+
+@pytest.fixture(name="topology")
+def topology_fixture(tmp_path):
+    return Topology(tmp_path / "inventory")
+
+
+@pytest.mark.parametrize("playbook,check", [("lab_up.yml", False), ("lab_up.yml", True), ("lab_down.yml", False)],
+                         ids=["up", "up-check", "down"])
+def test_namespace_name_with_a_space_is_refused(topology, playbook, check):
+    bad = topology.receiver.replace("-", " ")
+    topology.vars["lab_namespaces"][1] = bad
+    topology.vars["lab_links"][0]["b"]["netns"] = bad
+    msg = refused(topology, playbook, check)
+    assert msg == 'lab: lab_namespaces "%s" is not a network namespace name: it holds whitespace. Nothing was ' \
+                  "changed." % bad, msg
+
+
+@pytest.mark.parametrize("playbook", ["lab_up.yml", "lab_down.yml"])
+def test_namespace_name_with_a_newline_is_refused(topology, playbook):
+    """Written into `ip -batch` input this name is two lines, the second making the namespace <tag>-evil (before the
+    check lab_up stopped earlier, at a JSON error of its read, with no word about the name)."""
+    bad = topology.receiver + "\nnetns add " + topology.tag + "-evil"
+    topology.vars["lab_namespaces"][1] = bad
+    topology.vars["lab_links"][0]["b"]["netns"] = bad
+    msg = refused(topology, playbook)
+    assert 'lab_namespaces "%s\\nnetns add %s-evil" is not a network namespace name: it holds whitespace' % (
+        topology.receiver, topology.tag) in msg, msg
+    assert not os.path.exists("/run/netns/%s-evil" % topology.tag)
+
+
+@pytest.mark.parametrize("where,value,said", [
+    (("lab_links", 0, "a", "ifname"), "eth0 up", 'lab_links ifname "eth0 up" is not an interface name: it holds '
+                                                 'whitespace'),
+    (("lab_links", 0, "a", "ifname"), "eth0#x", 'lab_links ifname "eth0#x" is not an interface name: it holds one '
+                                                'of " \' # \\, which ip -batch reads as syntax'),
+    (("lab_links", 0, "a", "ifname"), "a23456789012345x", 'is not an interface name: it is longer than 15 bytes'),
+    (("lab_links", 0, "a", "ifname"), "..", 'lab_links ifname ".." is not an interface name: it is \'.\' or \'..\''),
+    # Before the check, this MAC made the namespace <tag>-evil (`ip -batch` read its second line as a command).
+    (("lab_links", 0, "b", "mac"), "02:00:00:00:82:01\nnetns add {tag}-evil",
+     'lab_links mac "02:00:00:00:82:01\\nnetns add {tag}-evil" is not a MAC address'),
+    (("lab_links", 0, "b", "ipv4"), "10.97.0.2/24\n", 'lab_links ipv4 "10.97.0.2/24\\n" is not ADDRESS/PREFIXLEN'),
+    (("lab_namespaces", 0), "..", 'lab_namespaces ".." is not a network namespace name'),
+    (("lab_namespaces", 0), "../../etc", 'lab_namespaces "../../etc" is not a network namespace name: it holds \'/\''),
+    (("lab_pin_root",), "/sys/fs/bpf/../../..",
+     'lab_pin_root "/sys/fs/bpf/../../.." is not a path: it is not normalised'),
+    (("lab_pin_root",), "relative/pins", 'lab_pin_root "relative/pins" is not a path: it is not absolute'),
+], ids=["ifname-space", "ifname-hash", "ifname-16", "ifname-dotdot", "mac-newline", "ipv4-newline", "netns-dotdot",
+        "netns-path", "pin-root-dotdot", "pin-root-relative"])
+def test_bad_values_are_refused_by_name(topology, where, value, said):
+    holder = topology.vars
+    for key in where[:-1]:
+        holder = holder[key]
+    value, said = value.format(tag=topology.tag), said.format(tag=topology.tag)
+    holder[where[-1]] = value
+    if where == ("lab_namespaces", 0):
+        topology.vars["lab_links"][0]["a"]["netns"] = value
+    msg = refused(topology, "lab_up.yml" if where[0] != "lab_pin_root" else "lab_down.yml")
+    assert said in msg, msg
+
+
+def test_sysctl_climbing_out_of_net_is_refused(topology):
+    """sysctl(8) swaps '.' and '/': net.//.kernel.x would be /proc/sys/net/../kernel/x, a machine-wide setting."""
+    with open("/proc/sys/kernel/core_pattern") as f:
+        before = f.read()
+    topology.vars["lab_sysctls"] = [{"netns": topology.sender, "name": "net.//.kernel.core_pattern", "value": "x"}]
+    msg = refused(topology, "lab_up.yml")
+    assert 'lab_sysctls name "net.//.kernel.core_pattern" is not a sysctl name' in msg, msg
+    with open("/proc/sys/kernel/core_pattern") as f:
+        assert f.read() == before
+
+
+def test_every_bad_value_is_told_at_once(topology):
+    topology.vars["lab_namespaces"] = [topology.sender + " x", topology.receiver + "\ty"]
+    topology.vars["lab_links"][0]["a"]["netns"] = topology.sender + " x"
+    topology.vars["lab_links"][0]["b"].update(netns=topology.receiver + "\ty", ifname="eth 0")
+    msg = refused(topology, "lab_up.yml")
+    assert msg.count("holds whitespace") == 3, msg

@@ -18,7 +18,26 @@ options:
   program:
     description:
       - Function name of the program in O(object).
-      - May be omitted when the object holds exactly one program of the hook's type.
+      - May be omitted when the object holds exactly one program of the hook's type (or, failing that, exactly
+        one program whose section names no program type).
+      - "The program is loaded as the hook runs it: a program whose C(SEC()) names no type libbpf knows
+        (C(SEC(\"xdp1\")), C(SEC(\"prog\")), C(SEC(\"redirect_xmit\")), as the kernel's samples and older programs
+        are written) gets its type from the hook, as iproute2 and xdp-loader give it: C(xdp) (with multi-buffer
+        frames where its section says C(frags); a devmap egress program for a devmap), C(sched_cls) for tcx and
+        cls_bpf, C(sched_act) for act_bpf. A tc program in C(SEC(\"action\")) runs as a classifier and one in
+        C(SEC(\"tc\")) as an action. A program whose section names another type (C(SEC(\"kprobe/...\")),
+        C(SEC(\"socket\")), ...) is refused, naming both types."
+      - Mutually exclusive with O(section).
+    type: str
+  section:
+    description:
+      - The program by its section name in O(object), its C(SEC()) (as iproute2's C(sec) and xdp-loader's
+        C(--section) take it), instead of O(program), for example C(redirect_xmit) or C(xdp1).
+      - A section that holds several programs is an error listing them by function name; name one with
+        O(program) then. A section the object does not have is an error listing its programs and sections.
+      - Part of the program's identity as given; the result and the facts show the function loaded as
+        C(program) and the section as C(section).
+      - Mutually exclusive with O(program). Not available with O(backend=bcc).
     type: str
   constants:
     description:
@@ -123,8 +142,9 @@ options:
         collection's link, a filter replaced in place), over the same pinned maps, so counters and tables
         continue. Its object is read from O(object_store), so it works even when the file at the old path
         has been overwritten or deleted since. The revision it replaced becomes the previous one.
-      - With V(previous), O(object), O(program), O(constants), O(shared_maps) and O(checksum) must not be given
-        (the revision brings its own), and the revision's own mode or method, priority, handle and verdict
+      - With V(previous), O(object), O(program), O(section), O(constants), O(shared_maps) and O(checksum) must not
+        be given (the revision brings its own, a program chosen by its section chosen so again and given its type
+        by the hook again), and the revision's own mode or method, priority, handle and verdict
         are used, whatever the task says (give O(interface), O(netns), O(pin_root) and, for tc, the direction).
       - Rolling back is idempotent, it does not toggle; after a rollback, V(previous) again is no change (the
         revision put back says C(rolled_back) in RV(revision)). To go forward again, run the task with the new

@@ -38,6 +38,7 @@ INTERFACE_ARGS = dict(
 PROGRAM_ARGS = dict(
     object=dict(type="path"),
     program=dict(type="str"),
+    section=dict(type="str"),
     constants=dict(type="dict", default={}),
     state=dict(type="str", choices=["present", "absent"], default="present"),
     force=dict(type="bool", default=False),
@@ -183,6 +184,9 @@ def prepare_backend(module) -> None:
     if p["constants"] or p["shared_maps"]:
         module.fail_json(msg="constants and shared_maps are not available with backend bcc; give settings as "
                              "cflags (-DNAME=value)")
+    if p.get("section"):
+        module.fail_json(msg="section names a program of a compiled object by its SEC(); backend bcc compiles a "
+                             "source and takes the function's name as program: instead")
     if p["state"] != "present" or _bcc.has_bcc():
         return
     if not has_respawned():

@@ -226,8 +226,10 @@ def gather(pin_root: str, namespaces: list[str | None]) -> dict[str, list[dict]]
 def _entry_of(record: dict, netns: str | None, ifname: str, kind: str, hook: str) -> dict:
     """An attachment's record (in the directory hook, of a kind of hook) as the config entry that would leave
     it as it is."""
-    entry = {"interface": ifname, "netns": netns, "object": record.get("object"),
-             "program": record.get("program"), "constants": record.get("constants") or {}}
+    # A program named by its function or by its section, as its task named it (the options exclude each other).
+    named = {"section": record["section"]} if record.get("section") else {"program": record.get("program")}
+    entry = dict({"interface": ifname, "netns": netns, "object": record.get("object")}, **named,
+                 constants=record.get("constants") or {})
     if record.get("shared_maps"):
         entry["shared_maps"] = record["shared_maps"]
     hook, attachment = _pins.split_hook_dir(hook)

@@ -42,9 +42,27 @@ options:
         (RV(skipped) lists them).
       - A name that is not in O(object) is an error listing its programs; a program of another type (a tracing
         program, say), or a devmap egress program, is an error naming it.
+      - Mutually exclusive with O(sections).
     type: list
     elements: str
     default: []
+  sections:
+    description:
+      - The programs to measure by their section names (their C(SEC()), as iproute2's C(sec) takes them), in this
+        order, instead of O(programs); each section must hold one program (a section holding several is an error
+        listing them by function name).
+      - Mutually exclusive with O(programs).
+    type: list
+    elements: str
+    default: []
+  program_type:
+    description:
+      - "The type to load and measure the programs whose section names no program type libbpf knows
+        (C(SEC(\"xdp1\")), C(SEC(\"redirect_xmit\")), ...) as, the type their hook would give them: V(xdp),
+        V(sched_cls) (tc, tcx and cls_bpf) or V(sched_act) (act_bpf)."
+      - Without it, such programs are left out (RV(skipped) says why), and naming one is an error.
+    type: str
+    choices: [xdp, sched_cls, sched_act]
   constants:
     description:
       - "Load-time settings written into the programs' C(const volatile) globals before loading, as
@@ -121,6 +139,12 @@ EXAMPLES = r"""
     frame: >-
       02 00 00 00 00 02 02 00 00 00 00 01 08 00 45 00 00 2e 00 00 40 00 40 06 b6 c6 c0 00 02 01
       c0 00 02 02 04 00 00 50 00 00 00 01 00 00 00 00 50 02 ff ff 27 88 00 00 00 00 00 00 00 00
+
+- name: The kernel sample's program, in SEC("xdp1") (a section that names no type), measured as XDP
+  ebpf.xdp.program_cost:
+    object: /var/lib/ebpf_xdp/objects/xdp1_kern.o
+    sections: [xdp1]
+    program_type: xdp
 """
 
 RETURN = r"""
@@ -187,7 +211,8 @@ empty_programs:
   sample: {xdp: {name: cost_empty_xdp, id: 4212, verdict: XDP_PASS}}
 skipped:
   description: Programs of the object of a measured kind left out by default, by name, with the reason (the
-    kernel does not test-run devmap egress and cpumap programs).
+    kernel does not test-run devmap egress and cpumap programs; a program whose section names no type is measured
+    only with O(program_type)).
   returned: success
   type: dict
   sample: {xdp_egress_mac: 'a devmap egress program (SEC("xdp/devmap")): the kernel does not test-run it'}
@@ -204,6 +229,8 @@ from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import cost as _c
 ARGUMENT_SPEC = dict(
     object=dict(type="path", required=True),
     programs=dict(type="list", elements="str", default=[]),
+    sections=dict(type="list", elements="str", default=[]),
+    program_type=dict(type="str", choices=["xdp", "sched_cls", "sched_act"]),
     constants=_common.PROGRAM_ARGS["constants"],
     repeat=dict(type="int", default=_cost.DEFAULT_REPEAT),
     runs=dict(type="int", default=_cost.DEFAULT_RUNS),
@@ -217,7 +244,7 @@ def measure(params, _check_mode, _module):
 
 
 def main():
-    _common.run_module(ARGUMENT_SPEC, libraries=dict(pyroute2=False, predicts=False), work=measure)
+    _common.run_module(ARGUMENT_SPEC, rules=dict(mutually_exclusive=[("programs", "sections")]), libraries=dict(pyroute2=False, predicts=False), work=measure)
 
 
 if __name__ == "__main__":

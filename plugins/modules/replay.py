@@ -66,7 +66,15 @@ options:
     required: true
   program:
     description:
-      - The candidate program's name in O(object); by default its only program of the hook's type.
+      - The candidate program's function name in O(object); by default its only program of the hook's type.
+      - Mutually exclusive with O(section).
+    type: str
+  section:
+    description:
+      - The candidate program by its section name in O(object) (its C(SEC()), as iproute2's C(sec) takes it),
+        instead of O(program); as O(ebpf.xdp.xdp_program#module:section).
+      - A section that holds several programs is an error listing them; name one with O(program) then.
+      - Mutually exclusive with O(program).
     type: str
   constants:
     description:
@@ -193,6 +201,7 @@ ARGUMENT_SPEC = dict(
     pcap=dict(type="path", required=True),
     object=dict(type="path", required=True),
     program=dict(type="str"),
+    section=dict(type="str"),
     constants=dict(type="dict", default={}),
     object_store=dict(type="path", default="/var/lib/ebpf_xdp/revisions"),
     require_attached=dict(type="bool", default=True),
@@ -200,7 +209,8 @@ ARGUMENT_SPEC = dict(
 
 
 def main():
-    _common.run_module(ARGUMENT_SPEC, libraries=dict(pyroute2=False, predicts=False),
+    _common.run_module(ARGUMENT_SPEC, rules=dict(mutually_exclusive=[("program", "section")]),
+                       libraries=dict(pyroute2=False, predicts=False),
                        work=lambda params, _check_mode, _module: (
                            dict(_replay.compared(params, params["require_attached"]), changed=False), []))
 

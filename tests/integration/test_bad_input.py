@@ -22,6 +22,7 @@ import pytest
 import kernel_features
 import pin_snapshot
 from conftest import BPF_DIR, PIN_ROOT_BASE, VENV_PYTHON, ModuleRunner, Pair, compile_bpf
+from legacy_sections import compile_legacy
 from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames, pcap as _pcap
 
 # The snapshots see the whole host (kernel modules too): nothing else may run beside this file.
@@ -50,6 +51,7 @@ class Host:
         self.drop = self.objects + "/xdp_drop_count.o"
         self.tc = self.objects + "/tc_redirect.o"
         self.mcast = self.objects + "/xdp_multicast.o"
+        self.mixed = self.objects + "/mixed.o"  # legacy_sections.MIXED
         self.broken = self.objects + "/broken.bpf.c"
         self.pcap = self.objects + "/frames.pcap"
         self.pcapng = self.objects + "/frames.pcapng"
@@ -59,6 +61,7 @@ class Host:
         self.pair.up()
         for src, out in (("xdp_drop_count", self.drop), ("tc_redirect", self.tc), ("xdp_multicast", self.mcast)):
             compile_bpf(os.path.join(BPF_DIR, src + ".bpf.c"), out, [INCLUDE])
+        compile_legacy(self.objects, "mixed")
         with open(self.broken, "w") as handle:
             handle.write("int f(void) { return missing; }\n")
         _pcap.write(self.pcap, [_frames.build_frame("udp", self.pair.tx_mac, self.pair.rx_mac, self.pair.tx_ip,
@@ -131,9 +134,29 @@ CASES = [
     ("xdp-no-program", "xdp_program", dict(interface="eth0", netns="{rx}", object="{drop}", program="xdp_nosuch"),
      "program 'xdp_nosuch' is not in {drop}; it has: xdp_drop_count"),
     ("xdp-wrong-type", "xdp_program", dict(interface="eth0", netns="{rx}", object="{tc}", program="tc_drop_count"),
-     "program 'tc_drop_count' in {tc} is a sched_cls program, not xdp; XDP programs are in SEC(\"xdp\")"),
+     "program 'tc_drop_count' in {tc} is a sched_cls program, not xdp; XDP programs are in SEC(\"xdp\"), or in a "
+     "section that names no program type (this one is in SEC(\"tc\"))"),
     ("xdp-no-xdp-program", "xdp_program", dict(interface="eth0", netns="{rx}", object="{tc}"),
-     "{tc} has 0 XDP programs (none); name one with program:"),
+     "{tc} has 0 XDP programs (none); name one with program: or section:"),
+    # section: a program by its SEC() name (a section of another type, two programs in one, none such)
+    ("xdp-section-of-another-type", "xdp_program",
+     dict(interface="eth0", netns="{rx}", object="{mixed}", section="kprobe/do_sys_openat2"),
+     "program 'open_probe' in {mixed} is a kprobe program, not xdp; XDP programs are in SEC(\"xdp\"), or in a "
+     "section that names no program type (this one is in SEC(\"kprobe/do_sys_openat2\"))"),
+    ("xdp-no-such-section", "xdp_program", dict(interface="eth0", netns="{rx}", object="{mixed}", section="xdp"),
+     "{mixed} has no program in section 'xdp'; its programs: first_count (SEC(\"classifier\")), second_drop "
+     "(SEC(\"classifier\")), open_probe (SEC(\"kprobe/do_sys_openat2\")), socket_all (SEC(\"socket\"))"),
+    ("xdp-section-and-program", "xdp_program",
+     dict(interface="eth0", netns="{rx}", object="{drop}", program="xdp_drop_count", section="xdp"),
+     "parameters are mutually exclusive: program|section"),
+    ("xdp-section-with-previous", "xdp_program",
+     dict(interface="eth0", netns="{rx}", revision="previous", section="xdp"),
+     "revision: previous puts back the revision kept on the hook, with its own object, program (or section), "
+     "constants and map set; do not give section with it"),
+    ("xdp-section-with-bcc", "xdp_program",
+     dict(interface="eth0", netns="{rx}", backend="bcc", source="{broken}", section="xdp"),
+     "section names a program of a compiled object by its SEC(); backend bcc compiles a source and takes the "
+     "function's name as program: instead"),
     ("xdp-bad-mode", "xdp_program", dict(interface="eth0", netns="{rx}", object="{drop}", mode="offload"),
      "value of mode must be one of: native, generic, auto, got: offload"),
     ("xdp-no-object", "xdp_program", dict(interface="eth0", netns="{rx}"),
@@ -179,10 +202,18 @@ CASES = [
      dict(interface="eth0", netns="{rx}", object="{tc}", program="tc_drop_count", method="act_bpf", handle=5000),
      "handle must be between 1 and 4095 for method act_bpf, not 5000"),
     ("tc-wrong-type", "tc_program", dict(interface="eth0", netns="{rx}", object="{drop}"),
-     "{drop} has 0 tc classifier programs (none); name one with program:"),
+     "{drop} has 0 tc classifier programs (none); name one with program: or section:"),
     ("tc-ambiguous", "tc_program", dict(interface="eth0", netns="{rx}", object="{tc}"),
      "{tc} has 4 tc classifier programs (redirect_xmit, redirect_ingress, clone_redirect_xmit, tc_drop_count); "
-     "name one with program:"),
+     "name one with program: or section:"),
+    ("tc-section-two-programs", "tc_program",
+     dict(interface="eth0", netns="{rx}", object="{mixed}", section="classifier", method="cls_bpf"),
+     "section 'classifier' of {mixed} holds 2 programs (first_count, second_drop); name one with program: instead"),
+    ("tc-socket-filter", "tc_program",
+     dict(interface="eth0", netns="{rx}", object="{mixed}", program="socket_all", method="cls_bpf",
+          direction="egress"),
+     "program 'socket_all' in {mixed} is a socket_filter program, not sched_cls; tc classifier programs are in "
+     "SEC(\"tc\"), or in a section that names no program type (this one is in SEC(\"socket\"))"),
     ("tc-not-elf", "tc_program",
      dict(interface="eth0", netns="{rx}", object="/etc/passwd", program="tc_drop_count", method="cls_bpf"), NOT_ELF),
     ("tc-no-interface", "tc_program",
@@ -296,6 +327,15 @@ CASES = [
     ("datapath-entry-option", "datapath",
      dict(config={"tc": [dict(interface="eth0", netns="{rx}", object="{tc}", method="xdp")]}),
      "config.tc[0]: value of method must be one of: tcx, cls_bpf, act_bpf, auto, got: xdp"),
+    ("datapath-entry-section-and-program", "datapath",
+     dict(config={"tc": [dict(interface="eth0", netns="{rx}", object="{mixed}", program="first_count",
+                              section="classifier")]}),
+     "config.tc[0]: parameters are mutually exclusive: program|section"),
+    ("datapath-entry-section-of-another-type", "datapath",
+     dict(config={"tc": [dict(interface="eth0", netns="{rx}", object="{mixed}", section="socket",
+                              method="cls_bpf")]}),
+     "config.tc[0]: program 'socket_all' in {mixed} is a socket_filter program, not sched_cls; tc classifier "
+     "programs are in SEC(\"tc\"), or in a section that names no program type (this one is in SEC(\"socket\"))"),
     ("datapath-entry-pin-root", "datapath",
      dict(config={"xdp": [dict(interface="eth0", netns="{rx}", object="{drop}", pin_root="{pin_root}")]}),
      "config.xdp[0]: pin_root is set once for the task, not per entry"),
@@ -344,7 +384,7 @@ def fill(value, names):
 
 
 def names_of(host):
-    return {"rx": host.rx, "tx": host.tx, "drop": host.drop, "tc": host.tc, "mcast": host.mcast,
+    return {"rx": host.rx, "tx": host.tx, "drop": host.drop, "tc": host.tc, "mcast": host.mcast, "mixed": host.mixed,
             "objects": host.objects, "cache": host.cache, "broken": host.broken, "pin_root": host.pin_root,
             "drop_map": host.drop_map, "rx_prog": os.path.join(host.pin_root, host.rx, "eth0", "xdp", "prog"),
             "tag": "x", "drop_sha": sha256(host.drop), "tc_sha": sha256(host.tc), "pcap": host.pcap,

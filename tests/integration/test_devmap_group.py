@@ -42,6 +42,19 @@ def mcast_obj(tmp_path_factory):
                        tmp_path_factory.mktemp("mcast") / "xdp_multicast.o", [os.path.join(BPF_DIR, "include")])
 
 
+@pytest.fixture(scope="module")
+def legacy_egress_obj(tmp_path_factory):
+    """xdp_multicast with its egress program in libbpf 0.x's SEC("xdp_devmap/..."), a section libbpf 1.0 no longer
+    knows (the program is untyped): the devmap gives it its type and attach type."""
+    directory = tmp_path_factory.mktemp("legacy_egress")
+    with open(os.path.join(BPF_DIR, "xdp_multicast.bpf.c")) as handle:
+        source = handle.read()
+    assert 'SEC("xdp/devmap")' in source
+    src = directory / "xdp_multicast_legacy.bpf.c"
+    src.write_text(source.replace('SEC("xdp/devmap")', 'SEC("xdp_devmap/egress_mac")'))
+    return compile_bpf(src, directory / "xdp_multicast_legacy.o", [os.path.join(BPF_DIR, "include")])
+
+
 def play(tasks, python=SYSTEM_PYTHON):
     """Run tasks in one playbook on localhost; the per-task results (a loop's under "results")."""
     with tempfile.NamedTemporaryFile("w", suffix=".yml", dir="/tmp", delete=False) as handle:
@@ -368,10 +381,12 @@ class Stream:
         self.sock.close()
 
 
+@pytest.mark.parametrize("section", ["xdp/devmap", "xdp_devmap/egress_mac"])
 @pytest.mark.parametrize("mode", ["native", "generic"])
-def test_the_egress_program_writes_each_ports_own_mac_on_every_copy(run_distro, mcast_obj, drop_obj, pin_root, mode):
+def test_the_egress_program_writes_each_ports_own_mac_on_every_copy(run_distro, mcast_obj, legacy_egress_obj, drop_obj,
+                                                                    pin_root, mode, section):
     n = 10
-    egress = {"object": mcast_obj, "program": "xdp_egress_mac"}
+    egress = {"object": mcast_obj if section == "xdp/devmap" else legacy_egress_obj, "program": "xdp_egress_mac"}
     with switch(4, mcast_obj, drop_obj, run_distro, pin_root, mode) as sw:
         res = sw.ok(name="video", members=["p1", "p2", "p3"], addresses=[V4], egress_program=egress)
         assert res["egress_program"] == egress

@@ -79,8 +79,9 @@ def has_bcc() -> bool:
     return True
 
 
-# The program modules' rules between object and source (besides mutually_exclusive and required_if).
-MODULE_RULES = dict(mutually_exclusive=[("object", "source")],
+# The program modules' rules between object and source (besides mutually_exclusive and required_if), and a
+# program named by its function or by its section (an object's), not both.
+MODULE_RULES = dict(mutually_exclusive=[("object", "source"), ("program", "section")],
                     required_if=[("state", "present", ("object", "source"), True)])
 
 
@@ -298,7 +299,9 @@ class Loader:
         self.kernel_headers = kernel_headers
 
     def __call__(self, path: str, program: str | None, prog_type: str, constants: dict | None = None,
-                 maps_dir: str | None = None, load_as: str | None = None) -> BccLoaded:
+                 maps_dir: str | None = None, load_as: str | None = None,
+                 section: str | None = None) -> BccLoaded:  # pylint: disable=unused-argument
+        # section: a bcc source has no ELF sections (prepare_backend refuses the option with bcc).
         return load(path, program, load_as or prog_type, self.cflags, self.kernel_headers, maps_dir, constants)
 
 

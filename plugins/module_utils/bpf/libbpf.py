@@ -94,10 +94,17 @@ BPF_MAP_TYPE_HASH_OF_MAPS = 13
 BPF_MAP_TYPE_DEVMAP = 14
 BPF_MAP_TYPE_DEVMAP_HASH = 25
 
+# enum bpf_prog_type; "unspec" is a program whose SEC() names no type libbpf knows (SEC("redirect_xmit")).
 PROG_TYPES = {
-    1: "socket_filter", 2: "kprobe", 3: "sched_cls", 4: "sched_act",
-    5: "tracepoint", 6: "xdp", 26: "tracing", 28: "ext", 29: "lsm",
+    0: "unspec", 1: "socket_filter", 2: "kprobe", 3: "sched_cls", 4: "sched_act", 5: "tracepoint", 6: "xdp",
+    7: "perf_event", 8: "cgroup_skb", 9: "cgroup_sock", 10: "lwt_in", 11: "lwt_out", 12: "lwt_xmit",
+    13: "sock_ops", 14: "sk_skb", 15: "cgroup_device", 16: "sk_msg", 17: "raw_tracepoint",
+    18: "cgroup_sock_addr", 19: "lwt_seg6local", 20: "lirc_mode2", 21: "sk_reuseport", 22: "flow_dissector",
+    23: "cgroup_sysctl", 24: "raw_tracepoint_writable", 25: "cgroup_sockopt", 26: "tracing", 27: "struct_ops",
+    28: "ext", 29: "lsm", 30: "sk_lookup", 31: "syscall", 32: "netfilter",
 }
+# bpf_program__set_flags: an XDP program that takes multi-buffer frames (what SEC("xdp.frags") sets).
+BPF_F_XDP_HAS_FRAGS = 1 << 5
 
 LINK_TYPES = {1: "raw_tracepoint", 2: "tracing", 3: "cgroup", 4: "iter",
               5: "netns", 6: "xdp", 7: "perf_event", 8: "kprobe_multi",
@@ -302,6 +309,8 @@ _SIGNATURES = {
     "bpf_program__set_type": (_I, [_P, _I]),
     "bpf_program__expected_attach_type": (_I, [_P]),
     "bpf_program__set_expected_attach_type": (_I, [_P, _I]),
+    "bpf_program__flags": (_U32, [_P]),
+    "bpf_program__set_flags": (_I, [_P, _U32]),
     "bpf_program__set_log_buf": (_I, [_P, _P, ctypes.c_size_t]),
     "bpf_program__set_attach_target": (_I, [_P, _I, _S]),
     "bpf_map__name": (_S, [_P]),
@@ -530,6 +539,12 @@ class BpfObject:
         number = [k for k, v in PROG_TYPES.items() if v == prog_type][0]
         _check(lib().bpf_program__set_type(self._find_program(name), number),
                "set the type of program %s of %s to %s" % (name, self.path, prog_type))
+
+    def add_flags(self, name: str, flags: int) -> None:
+        """Load the named program with these BPF_F_* load flags too (BPF_F_XDP_HAS_FRAGS)."""
+        prog = self._find_program(name)
+        _check(lib().bpf_program__set_flags(prog, lib().bpf_program__flags(prog) | flags),
+               "set the load flags of program %s of %s" % (name, self.path))
 
     def set_attach_target(self, name: str, target: Program, function: str) -> None:
         """Load the named program as a replacement (freplace) of `function` in the loaded program target."""

@@ -15,6 +15,7 @@ test-run benchmark uses it to get a loaded program and nothing else.
 from __future__ import annotations
 
 import os
+import re
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
@@ -23,38 +24,105 @@ from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpErr
 # Where programs of each type live in the C source, for the "wrong type" message.
 SECTIONS = {"xdp": 'SEC("xdp")', "sched_cls": 'SEC("tc")', "sched_act": 'SEC("action")'}
 TYPE_NAMES = {"xdp": "XDP", "sched_cls": "tc classifier", "sched_act": "tc action"}
+# A program whose SEC() names no type libbpf knows (the kernel samples' SEC("xdp1"), tcbpf1's
+# SEC("redirect_xmit")): the hook it is put on gives it its type, as iproute2 and xdp-loader do.
+UNSPEC = "unspec"
+# The types each hook's programs may have been compiled as: tc's classifier and action take the same
+# __sk_buff and verdicts, so a SEC("action") program runs as a classifier and a SEC("tc") one as an action.
+HOOK_TYPES = {"xdp": ("xdp",), "sched_cls": ("sched_cls", "sched_act"), "sched_act": ("sched_act", "sched_cls")}
+# libbpf 0.x's section names of XDP programs run on a map's copies of a frame, which libbpf 1.0 no longer knows.
+LEGACY_XDP_MAP_SECTIONS = {"xdp_devmap": _bpf.BPF_XDP_DEVMAP, "xdp_cpumap": _bpf.BPF_XDP_CPUMAP}
 
 
 class LoadError(EbpfXdpError):
     pass
 
 
-def select_program(obj: _bpf.BpfObject, name: str | None, prog_type: str, devmap: bool = False) -> str:
-    """The name of the program to load: `name`, or the only program of `prog_type` when name is None.
+def legacy_map_attach_type(section: str) -> int | None:
+    """The attach type of an untyped XDP program in libbpf 0.x's SEC("xdp_devmap/...") or SEC("xdp_cpumap/...")."""
+    return LEGACY_XDP_MAP_SECTIONS.get(section.split("/")[0])
+
+
+def _is_devmap(obj: _bpf.BpfObject, prog: dict) -> bool:
+    """A devmap egress program: SEC("xdp/devmap"), or untyped in libbpf 0.x's SEC("xdp_devmap/...")."""
+    if prog["type"] == UNSPEC:
+        return legacy_map_attach_type(prog["section"]) == _bpf.BPF_XDP_DEVMAP
+    return obj.expected_attach_type(prog["name"]) == _bpf.BPF_XDP_DEVMAP
+
+
+def _by_section(programs: list[dict]) -> str:
+    return ", ".join('%s (SEC("%s"))' % (p["name"], p["section"]) for p in programs) or "none"
+
+
+def select_program(obj: _bpf.BpfObject, name: str | None, prog_type: str, devmap: bool = False,
+                   section: str | None = None) -> str:
+    """The name of the program to load: `name`, the one program in `section` (iproute2's `sec`), or the only
+    program of `prog_type` when neither is given (failing that, the only one whose section names no type).
 
     A devmap egress program (SEC("xdp/devmap")) is an XDP program that only a
     devmap entry runs: when no name is given, it is a candidate only with
     devmap=True (so an object with an ingress and an egress program needs no
-    name for either). A named program is loaded as its section says.
+    name for either). A program whose section names another type than the
+    hook runs is refused, naming both.
     """
+    if name is not None and section is not None:
+        raise LoadError("program and section both name a program of %s; give one of them (program: its function "
+                        "name, section: its SEC() name)" % obj.path)
     programs = obj.programs()
     for prog in programs:
-        prog["devmap"] = obj.expected_attach_type(prog["name"]) == _bpf.BPF_XDP_DEVMAP
+        prog["devmap"] = _is_devmap(obj, prog)
     kind = TYPE_NAMES.get(prog_type, prog_type) + (" devmap egress" if devmap else "")
+    if section is not None:
+        found = [p for p in programs if p["section"] == section]
+        if not found:
+            raise LoadError("%s has no program in section %r; its programs: %s"
+                            % (obj.path, section, _by_section(programs)))
+        if len(found) > 1:
+            raise LoadError("section %r of %s holds %d programs (%s); name one with program: instead" % (
+                section, obj.path, len(found), ", ".join(p["name"] for p in found)))
+        return _check_type(obj, found[0], prog_type, kind)
     if name is None:
-        candidates = [p["name"] for p in programs if p["type"] == prog_type and p["devmap"] == devmap]
+        candidates = [p["name"] for p in programs if p["type"] == prog_type and p["devmap"] == devmap] or \
+            [p["name"] for p in programs if p["type"] == UNSPEC and p["devmap"] == devmap]
         if len(candidates) != 1:
-            raise LoadError("%s has %d %s programs (%s); name one with program:" % (
+            raise LoadError("%s has %d %s programs (%s); name one with program: or section:" % (
                 obj.path, len(candidates), kind, ", ".join(candidates) or "none"))
         return candidates[0]
     found = [p for p in programs if p["name"] == name]
     if not found:
         raise LoadError("program %r is not in %s; it has: %s" % (
             name, obj.path, ", ".join(p["name"] for p in programs) or "none"))
-    if found[0]["type"] != prog_type:
-        raise LoadError("program %r in %s is a %s program, not %s; %s programs are in %s" % (
-            name, obj.path, found[0]["type"], prog_type, kind, SECTIONS.get(prog_type, prog_type)))
-    return name
+    return _check_type(obj, found[0], prog_type, kind)
+
+
+def _check_type(obj: _bpf.BpfObject, prog: dict, prog_type: str, kind: str) -> str:
+    if prog["type"] != UNSPEC and prog["type"] not in HOOK_TYPES.get(prog_type, (prog_type,)):
+        raise LoadError("program %r in %s is a %s program, not %s; %s programs are in %s, or in a section that "
+                        "names no program type (this one is in SEC(\"%s\"))" % (
+                            prog["name"], obj.path, prog["type"], prog_type, kind, SECTIONS.get(prog_type, prog_type),
+                            prog["section"]))
+    return prog["name"]
+
+
+def as_hook(obj: _bpf.BpfObject, name: str, prog_type: str, devmap: bool = False) -> None:
+    """Load program `name` as the hook runs it: of type prog_type (a classifier as a tc action, an untyped
+    program as what the hook runs), and with devmap as a devmap egress program (expected attach type
+    BPF_XDP_DEVMAP, whatever its section).
+
+    An untyped XDP program gets what libbpf gives SEC("xdp") (expected attach
+    type BPF_XDP; libbpf 0.x's SEC("xdp_devmap/...") and SEC("xdp_cpumap/...")
+    their map's), and multi-buffer frames (BPF_F_XDP_HAS_FRAGS) where its
+    section says "frags", as SEC("xdp.frags") does; a tc program needs nothing more.
+    """
+    prog = [p for p in obj.programs() if p["name"] == name][0]
+    if prog["type"] != prog_type:
+        obj.set_type(name, prog_type)
+    if prog["type"] == UNSPEC and prog_type == "xdp":
+        obj.set_expected_attach_type(name, legacy_map_attach_type(prog["section"]) or _bpf.BPF_XDP)
+        if "frags" in re.split(r"[^a-z0-9]+", prog["section"].lower()):
+            obj.add_flags(name, _bpf.BPF_F_XDP_HAS_FRAGS)
+    if devmap:
+        obj.set_expected_attach_type(name, _bpf.BPF_XDP_DEVMAP)
 
 
 def resolve_constants(constants: dict | None) -> dict:
@@ -148,21 +216,20 @@ def verify_checksum(path: str, actual_sha256: str, checksum: str | None) -> None
 
 
 def load(path: str, program: str | None, prog_type: str, constants: dict | None = None,
-         maps_dir: str | None = None, load_as: str | None = None, devmap: bool = False) -> Loaded:
-    """Load one program of `path`; its maps are pinned (and reused) in maps_dir, or kept out of bpffs.
+         maps_dir: str | None = None, load_as: str | None = None, devmap: bool = False,
+         section: str | None = None) -> Loaded:
+    """Load one program of `path` (by name, or the one in `section`); its maps are pinned (and reused) in
+    maps_dir, or kept out of bpffs.
 
-    Only the chosen program goes into the kernel, as load_as when given (a
-    classifier loaded as a tc action), or with devmap as a devmap egress
-    program (expected attach type BPF_XDP_DEVMAP, whatever its section). The
-    object itself is closed before returning: the Loaded program keeps what it needs.
+    Only the chosen program goes into the kernel, as its hook runs it (see
+    as_hook): as load_as when given (a classifier loaded as a tc action), or
+    with devmap as a devmap egress program. The object itself is closed
+    before returning: the Loaded program keeps what it needs.
     """
     require_object(path)
     with _bpf.BpfObject(path) as obj:
-        name = select_program(obj, program, prog_type, devmap)
-        if devmap:
-            obj.set_expected_attach_type(name, _bpf.BPF_XDP_DEVMAP)
-        if load_as:
-            obj.set_type(name, load_as)
+        name = select_program(obj, program, prog_type, devmap, section)
+        as_hook(obj, name, load_as or prog_type, devmap)
         data_sha256 = prepare(obj, name, constants, maps_dir)
         obj.load()
         return Loaded(obj, name, data_sha256, maps_dir, constants)

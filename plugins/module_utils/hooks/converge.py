@@ -105,6 +105,8 @@ class Desired:
     state: str
     object: str | None = None
     program: str | None = None
+    # The program by its SEC() name instead (iproute2's `sec`): the one program in that section.
+    section: str | None = None
     constants: dict = dataclasses.field(default_factory=dict)
     force: bool = False
     keep_maps: bool = False
@@ -127,7 +129,7 @@ class Desired:
     @classmethod
     def from_params(cls, params: dict) -> Desired:
         return cls(state=params["state"], object=params.get("object"), program=params.get("program"),
-                   constants=params.get("constants") or {}, force=params.get("force", False),
+                   section=params.get("section"), constants=params.get("constants") or {}, force=params.get("force", False),
                    keep_maps=params.get("keep_maps", False), shared_maps=params.get("shared_maps"),
                    checksum=params.get("checksum"), backend=params.get("backend") or "libbpf",
                    source=params.get("source"), cflags=params.get("cflags") or [],
@@ -158,11 +160,12 @@ class Desired:
                     "source_sha256": object_sha256, "cflags": self.cflags, "kernel_release": _bcc.kernel_release(),
                     "kernel_headers": self.kernel_headers, "program": self.program, "constants": {},
                     "resolved_constants": {}, "shared_maps": None}
-        # "program" stays as asked (possibly None: the only program of its type), so the next run matches.
+        # "program" and "section" stay as asked (both None: the only program of its type), so the next run
+        # matches; the record's program_name says which program that was.
         # The resolved constants make a target interface re-created with a new ifindex a change.
         # A program is bound to its maps when loaded: another map set is another program.
         return {"object": self.object, "object_sha256": object_sha256, "program": self.program,
-                "constants": self.constants, "resolved_constants": resolved_constants,
+                "section": self.section, "constants": self.constants, "resolved_constants": resolved_constants,
                 "shared_maps": self.shared_maps}
 
 
@@ -508,7 +511,7 @@ class Converger:
     def _load(self, identity: dict, maps_dir: str | None = None) -> _loader.Loaded:
         d = self.desired
         return self.load(d.path, d.program, self.hook.prog_type, identity["resolved_constants"], maps_dir=maps_dir,
-                         load_as=self.hook.load_as)
+                         load_as=self.hook.load_as, section=d.section)
 
     def _preview(self, observed: Observed, identity: dict, before: dict) -> tuple[bool, dict]:
         """Check mode: load without pins to learn the tag and surface verifier errors."""

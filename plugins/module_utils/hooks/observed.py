@@ -99,6 +99,8 @@ def report(observed: Observed) -> dict:
         state.update(object=record.get("object"), object_sha256=record.get("object_sha256"),
                      program=record.get("program_name"), constants=record.get("constants", {}),
                      **_revisions.report(record, observed.placement_key))
+        if record.get("section"):
+            state["section"] = record["section"]  # the program was chosen by its SEC() name (program: its function)
         if record.get("backend") == "bcc":
             state.update(backend="bcc", source=record.get("source"), source_sha256=record.get("source_sha256"),
                          cflags=record.get("cflags", []), kernel_release=record.get("kernel_release"))

@@ -282,11 +282,12 @@ def attached_object(record: dict, object_store: str) -> str:
 
 @contextlib.contextmanager
 def load_side(label: str, path: str, program: str | None, prog_type: str, constants: dict, live_maps: str,
-              directory: str, load_as: str | None = None) -> Iterator[Side]:
+              directory: str, load_as: str | None = None, section: str | None = None) -> Iterator[Side]:
     maps_dir = os.path.join(directory, label, "maps")
     clone_maps(live_maps, maps_dir)
     try:
-        loaded = _loader.load(path, program, prog_type, constants, maps_dir=maps_dir, load_as=load_as)
+        loaded = _loader.load(path, program, prog_type, constants, maps_dir=maps_dir, load_as=load_as,
+                              section=section)
     except _bpf.BpfError as exc:
         if "reuse" in str(exc) or exc.errno == 22:
             raise ReplayError("%s program of %s: its maps do not fit the live maps it would take over (%s); a "
@@ -403,7 +404,7 @@ def run(params: dict) -> dict:
                 load_side("attached", attached_object(record, params["object_store"]), record.get("program_name"),
                           prog_type, record.get("resolved_constants") or {}, live_maps, directory, load_as) as old, \
                 load_side("candidate", params["object"], params["program"], prog_type, constants, live_maps,
-                          directory, load_as) as new:
+                          directory, load_as, params.get("section")) as new:
             result = compare(frames, old, new, prog_type, ifindex)
             candidate = {"object": params["object"], "program": new.loaded.name, "tag": new.loaded.info["tag"]}
     result.update(

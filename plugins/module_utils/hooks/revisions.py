@@ -63,7 +63,7 @@ PREVIOUS = "previous"
 HOOK_OPTIONS = {"requested_mode": "mode", "requested_method": "method", "requested_priority": "priority",
                 "requested_handle": "handle", "requested_verdict": "verdict"}
 # Task options that name a program; revision: previous takes them from the revision instead.
-PROGRAM_OPTIONS = ("object", "program", "constants", "shared_maps", "checksum")
+PROGRAM_OPTIONS = ("object", "program", "section", "constants", "shared_maps", "checksum")
 # What a kept revision holds beyond its identity.
 KEPT = ("revision", "program_name", "tag", "mode")
 # Identity keys that say nothing about which revision it is: resolved constants follow the interfaces of
@@ -92,7 +92,7 @@ def check_params(params: dict) -> None:
     given = [name for name in PROGRAM_OPTIONS if params.get(name)]
     if given:
         raise RevisionError("revision: previous puts back the revision kept on the hook, with its own object, "
-                            "program, constants and map set; do not give %s with it" % ", ".join(given))
+                            "program (or section), constants and map set; do not give %s with it" % ", ".join(given))
 
 
 def rollback_params(params: dict, record: dict | None, where: str) -> dict:
@@ -119,7 +119,8 @@ def rollback_params(params: dict, record: dict | None, where: str) -> dict:
         raise RevisionError("the object of revision %d of %s (%s, sha256 %s) is not in the object store %s; "
                             "nothing was changed" % (number(target), where, target.get("object"),
                                                      target["object_sha256"], store.directory))
-    out = dict(params, object=target.get("object"), program=target.get("program"),
+    # A program chosen by its section is chosen so again, and its hook gives it its type again (see _loader).
+    out = dict(params, object=target.get("object"), program=target.get("program"), section=target.get("section"),
                constants=target.get("constants") or {}, shared_maps=target.get("shared_maps"), object_source=source)
     for key, option in HOOK_OPTIONS.items():
         if target.get(key) is not None:
@@ -183,7 +184,8 @@ def shape(record: dict | None, placement_key: str = "mode") -> dict | None:
     if not record:
         return None
     return {"number": number(record), "object": record.get("object"), "object_sha256": record.get("object_sha256"),
-            "program": record.get("program_name"), "constants": record.get("constants") or {},
+            "program": record.get("program_name"), "section": record.get("section"),
+            "constants": record.get("constants") or {},
             placement_key: record.get("mode"), "rolled_back": bool(record.get("rolled_back"))}
 
 

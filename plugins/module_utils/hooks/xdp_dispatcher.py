@@ -187,6 +187,7 @@ class XdpDispatcherHook:
             return Attachment(HELD_BY_DISPATCHER, mode, None, self._extra())
         loaded = self.pending
         with _bpf.BpfObject(loaded.path) as obj:
+            _loader.as_hook(obj, loaded.name, "xdp")  # an untyped section's program, as the converger loaded it
             _loader.prepare(obj, loaded.name, loaded.constants, loaded.maps_dir)
             with _libxdp.Component.from_object(obj, loaded.name) as component:
                 component.configure(self.priority, self.actions)

@@ -60,6 +60,10 @@ class Settings:
 
     object: str
     programs: list[str] = field(default_factory=list)
+    # The programs by their SEC() names instead (each section holding one program), and the type programs whose
+    # section names none are measured as (the type their hook would give them, see _loader.as_hook).
+    sections: list[str] = field(default_factory=list)
+    program_type: str | None = None
     constants: dict = field(default_factory=dict)
     repeat: int = DEFAULT_REPEAT
     runs: int = DEFAULT_RUNS
@@ -68,6 +72,7 @@ class Settings:
     @classmethod
     def from_params(cls, params: dict) -> Settings:
         settings = cls(object=params["object"], programs=list(params.get("programs") or []),
+                       sections=list(params.get("sections") or []), program_type=params.get("program_type"),
                        constants=dict(params.get("constants") or {}),
                        repeat=params.get("repeat", DEFAULT_REPEAT), runs=params.get("runs", DEFAULT_RUNS),
                        frame=parse_frame(params["frame"]) if params.get("frame") is not None else DEFAULT_FRAME)
@@ -83,9 +88,11 @@ class Settings:
         if len(self.frame) < _frames.ETH_HEADER:
             raise CostError("frame must hold at least an Ethernet header (%d bytes), not %d bytes"
                             % (_frames.ETH_HEADER, len(self.frame)))
-        duplicates = sorted({name for name in self.programs if self.programs.count(name) > 1})
-        if duplicates:
-            raise CostError("programs names %s more than once" % ", ".join(duplicates))
+        for option in ("programs", "sections"):
+            names = getattr(self, option)
+            duplicates = sorted({name for name in names if names.count(name) > 1})
+            if duplicates:
+                raise CostError("%s names %s more than once" % (option, ", ".join(duplicates)))
 
 
 def parse_frame(text: str) -> bytes:
@@ -107,6 +114,38 @@ def verdict_name(prog_type: str, retval: int) -> str:
     return _replay.verdict_names(prog_type).get(retval, str(retval))
 
 
+def typed_by_hook(programs: list[dict], program_type: str | None) -> None:
+    """Programs whose section names no type (`untyped`) take program_type, as their hook would give it."""
+    for prog in programs:
+        if prog["type"] != _loader.UNSPEC:
+            continue
+        prog["untyped"] = True
+        if program_type:
+            prog["type"] = program_type
+            if program_type == "xdp":
+                prog["attach_type"] = _loader.legacy_map_attach_type(prog["section"]) or _bpf.BPF_XDP
+
+
+def in_sections(programs: list[dict], sections: list[str], path: str) -> list[str]:
+    """The function names of the one program in each section; an error for a section with none or several."""
+    names = []
+    for section in sections:
+        found = [p["name"] for p in programs if p["section"] == section]
+        if not found:
+            raise CostError("%s has no program in section %r; its programs: %s" % (path, section, ", ".join(
+                '%s (SEC("%s"))' % (p["name"], p["section"]) for p in programs) or "none"))
+        if len(found) > 1:
+            raise CostError("section %r of %s holds %d programs (%s); name them with programs: instead"
+                            % (section, path, len(found), ", ".join(found)))
+        names.append(found[0])
+    return names
+
+
+def untyped_reason(prog: dict) -> str:
+    return ('its section SEC("%s") names no program type: program_type says which hook\'s type (xdp, sched_cls, '
+            'sched_act) to measure it as' % prog["section"])
+
+
 def choose(programs: list[dict], wanted: list[str], path: str) -> tuple[list[dict], dict[str, str]]:
     """The programs to measure: those named in `wanted`, or every XDP and tc program of the object; with the
     programs of the object left out and why (the kernel test-runs no devmap or cpumap program). Programs are
@@ -120,6 +159,7 @@ def choose(programs: list[dict], wanted: list[str], path: str) -> tuple[list[dic
         measured = [p for p in programs if p["type"] in EMPTY_RETURNS and not untestable(p)]
         skipped = {p["name"]: "%s: the kernel does not test-run it" % untestable(p)
                    for p in programs if p["type"] in EMPTY_RETURNS and untestable(p)}
+        skipped.update((p["name"], untyped_reason(p)) for p in programs if p["type"] == _loader.UNSPEC)
         if not measured:
             raise CostError("%s has no XDP or tc program to measure; its programs: %s" % (path, listing))
         return measured, skipped
@@ -128,6 +168,9 @@ def choose(programs: list[dict], wanted: list[str], path: str) -> tuple[list[dic
         raise CostError("%s %s %s not in %s; its programs: %s" % (
             "programs" if len(missing) > 1 else "program", ", ".join(repr(name) for name in missing),
             "are" if len(missing) > 1 else "is", path, listing))
+    untyped = [by_name[name] for name in wanted if by_name[name]["type"] == _loader.UNSPEC]
+    if untyped:
+        raise CostError("; ".join("program %s: %s" % (p["name"], untyped_reason(p)) for p in untyped))
     other = [by_name[name] for name in wanted if by_name[name]["type"] not in EMPTY_RETURNS]
     if other:
         raise CostError("%s %s %s: only XDP and tc (sched_cls, sched_act) programs are measured" % (
@@ -149,7 +192,11 @@ def load_programs(settings: Settings, stack: contextlib.ExitStack) -> tuple[list
     constants = _loader.resolve_constants(settings.constants)
     with _bpf.BpfObject(settings.object) as obj:
         programs = [dict(p, attach_type=obj.expected_attach_type(p["name"])) for p in obj.programs()]
-        chosen, skipped = choose(programs, settings.programs, settings.object)
+        typed_by_hook(programs, settings.program_type)
+        wanted = settings.programs or in_sections(programs, settings.sections, settings.object)
+        chosen, skipped = choose(programs, wanted, settings.object)
+        for prog in chosen:
+            _loader.as_hook(obj, prog["name"], prog["type"])
         obj.only_load(*[p["name"] for p in chosen])
         obj.set_constants(constants)
         obj.clear_pin_paths()

@@ -213,7 +213,7 @@ def obj(tmp_path):
 def converge(hook, obj, check_mode=False, loaded=(30, "cc", "d1"), **desired):
     loads = []
 
-    def load(path, program, prog_type, constants, maps_dir=None, load_as=None):
+    def load(path, program, prog_type, constants, maps_dir=None, load_as=None, section=None):
         loads.append(maps_dir)
         return FakeLoaded(*loaded)
 

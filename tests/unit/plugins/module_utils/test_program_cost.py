@@ -106,3 +106,48 @@ def test_report_is_the_medians_and_their_difference():
     assert got == {"type": "xdp", "id": 7, "tag": "00" * 8, "verdict": "XDP_DROP", "retval": 1,
                    "ns_per_packet": 49.0, "runs": [50, 47, 49], "empty_ns_per_packet": 40.0,
                    "empty_runs": [40, 41, 39], "over_empty_ns": 9.0}
+
+
+# A tcbpf1-style object: programs in sections that name no type (libbpf: unspec), two of them in one section.
+LEGACY = [
+    {"name": "_redirect_xmit", "section": "redirect_xmit", "type": "unspec", "attach_type": 0},
+    {"name": "xdp_prog1", "section": "xdp1", "type": "unspec", "attach_type": 0},
+    {"name": "egress", "section": "xdp_devmap/egress", "type": "unspec", "attach_type": 0},
+    {"name": "first", "section": "classifier", "type": "sched_cls", "attach_type": 0},
+    {"name": "second", "section": "classifier", "type": "sched_cls", "attach_type": 0},
+]
+
+
+def legacy(program_type=None):
+    programs = [dict(p) for p in LEGACY]
+    _cost.typed_by_hook(programs, program_type)
+    return programs
+
+
+def test_untyped_programs_are_left_out_without_program_type_and_say_why():
+    measured, skipped = _cost.choose(legacy(), [], "/o.o")
+    assert [p["name"] for p in measured] == ["first", "second"]
+    assert sorted(skipped) == ["_redirect_xmit", "egress", "xdp_prog1"]
+    assert 'SEC("redirect_xmit") names no program type: program_type says' in skipped["_redirect_xmit"]
+    with pytest.raises(_cost.CostError, match=r"program xdp_prog1: its section SEC\(\"xdp1\"\) names no program type"):
+        _cost.choose(legacy(), ["xdp_prog1"], "/o.o")
+
+
+def test_program_type_types_the_untyped_programs_as_their_hook_would():
+    measured, skipped = _cost.choose(legacy("xdp"), [], "/o.o")
+    # libbpf 0.x's SEC("xdp_devmap/...") stays a devmap egress program: the kernel does not test-run it.
+    assert [p["name"] for p in measured] == ["_redirect_xmit", "xdp_prog1", "first", "second"]
+    assert list(skipped) == ["egress"] and "devmap egress" in skipped["egress"]
+    assert [p["type"] for p in legacy("sched_act")][:2] == ["sched_act", "sched_act"]
+
+
+def test_sections_name_the_one_program_in_each():
+    programs = legacy("sched_cls")
+    assert _cost.in_sections(programs, ["redirect_xmit", "xdp1"], "/o.o") == ["_redirect_xmit", "xdp_prog1"]
+    with pytest.raises(_cost.CostError, match=r"section 'classifier' of /o.o holds 2 programs \(first, second\)"):
+        _cost.in_sections(programs, ["classifier"], "/o.o")
+    with pytest.raises(_cost.CostError, match=r"/o.o has no program in section 'xdp'; its programs: "
+                                              r"_redirect_xmit \(SEC\(\"redirect_xmit\"\)\)"):
+        _cost.in_sections(programs, ["xdp"], "/o.o")
+    with pytest.raises(_cost.CostError, match="sections names xdp1 more than once"):
+        _cost.Settings(object="/o.o", sections=["xdp1", "xdp1"]).validate()

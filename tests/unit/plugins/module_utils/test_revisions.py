@@ -68,6 +68,8 @@ def test_check_params():
     check_params(dict(base, object="/o"))
     with pytest.raises(RevisionError, match="do not give object, constants"):
         check_params(dict(base, revision="previous", object="/o", constants={"a": 1}))
+    with pytest.raises(RevisionError, match="do not give section with it"):
+        check_params(dict(base, revision="previous", section="xdp1"))
     with pytest.raises(RevisionError, match="state: absent"):
         check_params(dict(base, revision="previous", state="absent"))
 
@@ -88,6 +90,12 @@ def test_rollback_params_take_the_revision_and_its_placement(tmp_path):
     out = rollback_params(params, record("b", revision=2, previous=kept), "eth0")
     assert out["object"] == "/o/prog.o" and out["object_source"] == str(store / "a.o")
     assert out["mode"] == "generic" and out["constants"] == {"k": 1}
+    assert out["program"] is None and out["section"] is None
+    # A program chosen by its section is chosen so again (its hook types it again when it loads).
+    (store / "s.o").write_bytes(b"y")
+    by_section = dict(identity("s", section="xdp1"), revision=1)
+    out = rollback_params(params, record("b", revision=2, previous=by_section), "eth0")
+    assert out["section"] == "xdp1" and out["program"] is None and out["object_source"] == str(store / "s.o")
     rolled = dict(record("a", revision=1), rolled_back=True, previous=record("b"))
     assert rollback_params(params, rolled, "eth0")["object_source"] == str(store / "a.o"), "after a rollback: itself"
     assert rollback_params(dict(params, revision="current"), None, "eth0")["revision"] == "current"
@@ -156,7 +164,10 @@ def test_shapes():
     rec = record("a", revision=3, previous=dict(identity("b"), revision=2, program_name="p", mode="generic"))
     shown = _revisions.report(rec, "method")
     assert shown["revision"] == {"number": 3, "object": "/o/prog.o", "object_sha256": "a", "program": "p",
-                                 "constants": {}, "method": "native", "rolled_back": False}
+                                 "section": None, "constants": {}, "method": "native", "rolled_back": False}
+    by_section = _revisions.report(record("a", program_name="_redirect_xmit", section="redirect_xmit"), "method")
+    assert by_section["revision"]["program"] == "_redirect_xmit"
+    assert by_section["revision"]["section"] == "redirect_xmit"
     assert shown["previous_revision"]["number"] == 2 and shown["previous_revision"]["method"] == "generic"
     assert _revisions.report(record("a"))["previous_revision"] is None
 

@@ -15,6 +15,7 @@ APT_PACKAGES=(
 	netsniff-ng # trafgen, a generator of playbooks/benchmark.yml
 	iptables nftables ethtool # netfilter_drop's backends, GRO for generic XDP on veth (playbooks/benchmark.yml)
 	python3-prometheus-client prometheus # ebpf.xdp.xdp_metrics and its tests (promtool, a real scrape)
+	python3-bcrypt python3-yaml # the exporter's web configuration (basic auth hashes, its YAML)
 	# backend: bcc (tests/integration/test_bcc_backend.py): bcc's Python binding, and headers to compile
 	# against; this kernel has no headers package, so the tests point kernel_headers at Debian's cloud flavour.
 	python3-bpfcc linux-headers-cloud-amd64

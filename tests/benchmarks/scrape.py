@@ -84,14 +84,21 @@ def install_exporter(name, tree, port):
     home = os.path.join(WORK, name)
     shutil.rmtree(home, ignore_errors=True)
     os.makedirs(home)
-    shutil.copy(os.path.join(tree, "roles", "xdp_metrics", "files", "ebpf_xdp_exporter.py"), home)
+    files = os.path.join(tree, "roles", "xdp_metrics", "files")
+    shutil.copy(os.path.join(files, "ebpf_xdp_exporter.py"), home)
+    if os.path.exists(os.path.join(files, "ebpf_xdp_web.py")):  # its server, apart since issue 37
+        shutil.copy(os.path.join(files, "ebpf_xdp_web.py"), home)
     shutil.copytree(os.path.join(tree, "plugins", "module_utils"),
                     os.path.join(home, "ansible_collections", "ebpf", "xdp", "plugins", "module_utils"),
                     ignore=shutil.ignore_patterns("__pycache__", "*.md"))
     config = os.path.join(home, "config.json")
+    settings = {"service": "bench-scrape-" + name, "pin_root": PIN_ROOT, "netns": [NETNS], "port": port,
+                "pid_file": os.path.join(home, "exporter.pid")}
+    with open(os.path.join(home, "ebpf_xdp_exporter.py"), encoding="utf-8") as src:
+        if '"cache_seconds"' in src.read():
+            settings["cache_seconds"] = 0  # every scrape measured collects (an exporter with the page cache)
     with open(config, "w") as out:
-        json.dump({"service": "bench-scrape-" + name, "pin_root": PIN_ROOT, "netns": [NETNS], "port": port,
-                   "pid_file": os.path.join(home, "exporter.pid")}, out)
+        json.dump(settings, out)
     proc = subprocess.run(["/usr/bin/python3", os.path.join(home, "ebpf_xdp_exporter.py"), "--config", config,
                            "--start", "--log-file", os.path.join(home, "exporter.log")],
                           capture_output=True, text=True, check=False)

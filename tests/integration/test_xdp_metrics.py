@@ -18,7 +18,9 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 
@@ -62,7 +64,10 @@ class Exporter:
             "xdp_metrics_config_dir": os.path.join(self.base, "etc"),
             "xdp_metrics_run_dir": os.path.join(self.base, "run"),
             "xdp_metrics_log_dir": os.path.join(self.base, "log"),
-            "xdp_metrics_apt_update_cache": False}, **extra)
+            "xdp_metrics_apt_update_cache": False,
+            # Each scrape a new collection: the tests compare counters before and after frames sent within
+            # a second (test_cache_serves_scrapes_within_its_interval has the cache on).
+            "xdp_metrics_cache_seconds": 0}, **extra)
 
     @property
     def pid_file(self):
@@ -295,13 +300,22 @@ def test_exporter_keeps_serving_while_programs_come_and_go(pair, run, drop_obj, 
     assert not series(detached, "ebpf_xdp_program_info", netns=pair.rx)
     assert not series(detached, "ebpf_xdp_packets_total", netns=pair.rx)
 
-    # A foreign program (ip link, no record) in a namespace the exporter is told to read: owner unmanaged.
-    # A new list of namespaces is a new configuration: the role restarts the exporter.
+    # A foreign program (ip link, no record) in a namespace the exporter is told to read: left out by
+    # default, with its interface; shown as owner unmanaged when asked for. A new list of namespaces is a
+    # new configuration: the role restarts the exporter.
     attach(run, pair, drop_obj)
     sh("ip", "-n", pair.tx, "link", "set", "dev", "eth0", "xdpgeneric", "obj", drop_obj, "sec", "xdp")
     exporter.role(xdp_metrics_netns=[pair.rx, pair.tx])
     restarted = exporter.pid()
     assert restarted and restarted != pid
+    own = exporter.scrape()
+    assert value(own, "ebpf_xdp_netns_up", netns=pair.tx) == 1
+    assert not series(own, "ebpf_xdp_program_info", netns=pair.tx)
+    assert not series(own, "ebpf_xdp_network_receive_packets_total", netns=pair.tx)
+    assert series(own, "ebpf_xdp_program_info", netns=pair.rx)
+    exporter.vars["xdp_metrics_unmanaged_programs"] = True
+    exporter.role(xdp_metrics_netns=[pair.rx, pair.tx])
+    restarted = exporter.pid()
     both = exporter.scrape()
     foreign = dict(next(iter(series(both, "ebpf_xdp_program_info", netns=pair.tx))))
     assert (foreign["owner"], foreign["mode"], foreign["program"]) == ("unmanaged", "generic", "xdp_drop_count")
@@ -315,6 +329,105 @@ def test_exporter_keeps_serving_while_programs_come_and_go(pair, run, drop_obj, 
     assert not series(gone, "ebpf_xdp_netns_up", netns=pair.tx)
     assert exporter.pid() == restarted
     assert changed(exporter.role(xdp_metrics_netns=[pair.rx, pair.tx])) == 0
+
+
+# ---------------------------------------------------------------- facing a network: slow clients, the cap, the cache
+
+
+def hold(port, count, data=b"GET /metrics HTTP/1.1\r\nHost: slow\r\n"):
+    """count connections that begin a request and never finish it."""
+    socks = []
+    for _connection in range(count):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        sock.sendall(data)
+        socks.append(sock)
+    return socks
+
+
+def closed_by_server(sock, wait):
+    """Whether the server closed sock within wait seconds (what it sent before is skipped)."""
+    sock.settimeout(wait)
+    try:
+        while sock.recv(4096):
+            pass
+    except socket.timeout:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def test_slow_clients_do_not_delay_a_scrape_and_are_cut_at_their_deadline(pair, run, drop_obj, workdir, pin_root):
+    exp = Exporter(workdir, pin_root, xdp_metrics_request_timeout=3, xdp_metrics_max_connections=12)
+    try:
+        attach(run, pair, drop_obj)
+        exp.role()
+        exp.scrape()  # the first collection imports the module_utils: not what is measured here
+        slow = hold(exp.port, 10)
+        began = time.monotonic()
+        page = exp.scrape()
+        took = time.monotonic() - began
+        # Served one at a time, this scrape waited for each slow client's timeout (10 x 3 s).
+        assert took < 1.5, took
+        assert value(page, "ebpf_xdp_netns_up", netns=pair.rx) == 1
+
+        # A client that keeps trickling bytes is cut off at its deadline all the same (a per-read timeout
+        # would never fire), and so are the ten.
+        trickle = hold(exp.port, 1)[0]
+        began = time.monotonic()
+        while time.monotonic() - began < 8:
+            try:
+                trickle.sendall(b"X-Slow: 1\r\n")
+            except OSError:
+                break
+            if closed_by_server(trickle, 0.5):
+                break
+        cut_after = time.monotonic() - began
+        assert 2.5 <= cut_after < 4.5, cut_after
+        assert all(closed_by_server(sock, 2) for sock in slow)
+
+        # The cap: 12 connections held, the 13th is answered 503 at once; a slot freed serves again.
+        held = hold(exp.port, 12)
+        time.sleep(0.2)  # accepted by the server
+        began = time.monotonic()
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            exp.scrape()
+        assert refused.value.code == 503 and time.monotonic() - began < 1, refused.value
+        held.pop().close()
+        time.sleep(0.2)
+        assert "ebpf_xdp_exporter_info" in exp.scrape()
+        for sock in slow + held + [trickle]:
+            sock.close()
+    finally:
+        exp.stop()
+
+
+def test_cache_serves_scrapes_within_its_interval(pair, run, drop_obj, workdir, pin_root):
+    exp = Exporter(workdir, pin_root, xdp_metrics_cache_seconds=4)
+    try:
+        attach(run, pair, drop_obj)
+        exp.role()
+        pair.burst(run, count=100, protocols=("udp",))
+        time.sleep(4)  # the role's own scrape is out of the cache
+        pages = []
+        scrapers = [threading.Thread(target=lambda: pages.append(exp.scrape())) for _scraper in range(8)]
+        for scraper in scrapers:
+            scraper.start()
+        for scraper in scrapers:
+            scraper.join()
+        # One collection for all eight: the same collect duration to the microsecond, the same counters.
+        durations = {value(page, "ebpf_xdp_collect_duration_seconds") for page in pages}
+        assert len(pages) == 8 and len(durations) == 1, durations
+        assert {value(page, "ebpf_xdp_packets_total", netns=pair.rx, proto="udp") for page in pages} == {100}
+        # Frames sent now show only once the cached page is older than the interval.
+        pair.burst(run, count=50, protocols=("udp",))
+        cached = exp.scrape()
+        assert value(cached, "ebpf_xdp_collect_duration_seconds") in durations
+        assert value(cached, "ebpf_xdp_packets_total", netns=pair.rx, proto="udp") == 100
+        time.sleep(4)
+        assert value(exp.scrape(), "ebpf_xdp_packets_total", netns=pair.rx, proto="udp") == 150
+    finally:
+        exp.stop()
 
 
 # ---------------------------------------------------------------- bad configurations
@@ -430,20 +543,18 @@ def test_exporter_in_a_namespace_serves_its_loopback_and_leaves_with_it(pair, ru
 # ---------------------------------------------------------------- a real Prometheus
 
 
-def test_prometheus_scrapes_the_counters(pair, run_served, drop_obj, served, workdir):
-    run, exporter = run_served, served
-    attach(run, pair, drop_obj)
+def prometheus_sees(workdir, job, query, expected):
+    """A real Prometheus (Debian's) scraping with the scrape config job every second: the answer to query once
+    it is expected (or the last one after 30 s), and the job's one target."""
     web = free_port()
     config = os.path.join(workdir, "prometheus.yml")
     with open(config, "w", encoding="utf-8") as out:
-        yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": [
-            {"job_name": "ebpf_xdp", "static_configs": [{"targets": ["127.0.0.1:%d" % exporter.port]}]}]}, out)
+        yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": [dict({"job_name": "ebpf_xdp"}, **job)]},
+                       out)
     server = subprocess.Popen(["prometheus", "--config.file=" + config, "--storage.tsdb.path=" + workdir + "/tsdb",
                                "--web.listen-address=127.0.0.1:%d" % web], stdout=subprocess.DEVNULL,
                               stderr=open(os.path.join(workdir, "prometheus.log"), "wb"))
     try:
-        sent = pair.burst(run, count=5000, protocols=("udp",))["sent"]["udp"]
-        query = 'sum(ebpf_xdp_packets_total{netns="%s",proto="udp"})' % pair.rx
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         url = "http://127.0.0.1:%d/api/v1/query?query=%s" % (web, urllib.request.quote(query))
         result, deadline = [], time.monotonic() + 30
@@ -453,16 +564,26 @@ def test_prometheus_scrapes_the_counters(pair, run_served, drop_obj, served, wor
                     result = json.load(resp)["data"]["result"]
             except OSError:
                 result = []
-            if result and float(result[0]["value"][1]) == sent:
+            if result and float(result[0]["value"][1]) == expected:
                 break
             time.sleep(0.5)
-        assert result and float(result[0]["value"][1]) == sent, result
         with opener.open("http://127.0.0.1:%d/api/v1/targets" % web, timeout=5) as resp:
             [target] = json.load(resp)["data"]["activeTargets"]
-        assert target["health"] == "up", target
+        return result, target
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+def test_prometheus_scrapes_the_counters(pair, run_served, drop_obj, served, workdir):
+    run, exporter = run_served, served
+    attach(run, pair, drop_obj)
+    sent = pair.burst(run, count=5000, protocols=("udp",))["sent"]["udp"]
+    query = 'sum(ebpf_xdp_packets_total{netns="%s",proto="udp"})' % pair.rx
+    result, target = prometheus_sees(workdir, {"static_configs": [{"targets": ["127.0.0.1:%d" % exporter.port]}]},
+                                     query, sent)
+    assert result and float(result[0]["value"][1]) == sent, result
+    assert target["health"] == "up", target
 
 
 # ---------------------------------------------------------------- the dashboard's queries

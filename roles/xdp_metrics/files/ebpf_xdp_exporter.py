@@ -5,13 +5,18 @@
 
 """The ebpf.xdp Prometheus exporter, installed and run by the role ebpf.xdp.xdp_metrics.
 
-What is attached and what its counters say is read on every scrape by the
-collection's own module_utils (_facts.snapshot, the reader behind
-ebpf.xdp.xdp_facts), shipped next to this file as one JSON file
+What is attached and what its counters say is read when scraped (at most
+once per cache_seconds: concurrent scrapes share one collection, see
+Scrapes) by the collection's own module_utils (_facts.snapshot, the reader
+behind ebpf.xdp.xdp_facts), shipped next to this file as one JSON file
 (module_utils.json: path -> source) and imported from it under their
 package name, ansible_collections.ebpf.xdp.plugins.module_utils, so that
-their imports resolve as they do in a module. This file only turns those facts into
-metric families (prometheus_client's custom collector API) and serves them.
+their imports resolve as they do in a module. This file only turns those
+facts into metric families (prometheus_client's custom collector API);
+ebpf_xdp_web.py, next to it, serves them (threads, deadlines, the
+connection cap, TLS and basic auth from an exporter-toolkit web
+configuration). Only the collection's own programs are exported unless
+unmanaged_programs is true.
 
 Namespaces read: the exporter's own and every namespace that has a
 directory under the pin root (<pin_root>/<netns>/, see _pins), or exactly
@@ -34,7 +39,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import errno
 import importlib.abc
 import importlib.util
 import inspect
@@ -42,8 +46,8 @@ import json
 import logging
 import os
 import signal
-import socket
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -62,9 +66,15 @@ DEFAULTS = {
     "interval": 15.0,
     "pid_file": "/run/ebpf_xdp/ebpf-xdp-metrics.pid",
     "max_keys_per_map": 64,
+    "unmanaged_programs": False,
+    "cache_seconds": 1.0,
+    "max_connections": 32,
+    "request_timeout": 10.0,
+    "web_config_file": "",
 }
 MODES = ("http", "textfile")
 HOST_KEY = "host"
+OWNER = "ebpf.xdp"  # the owner of a program with the collection's ownership record (_observed.OWNER)
 NETNS_RUN_DIR = "/run/netns"
 PROTOCOL_MAP = "proto_count"
 # The multicast programs' per-group counters (_devmap.MAPS), shared by every port of a map set: exported once
@@ -76,6 +86,7 @@ HOOK_LABELS = ("netns", "interface", "hook", "program", "attachment")
 GROUP_LABELS = ("netns", "map_set", "group", "group_id")
 # Seconds between looks at our own namespace while no request comes.
 WATCH_INTERVAL = 5.0
+# The role's own look at the exporter (serving_us).
 REQUEST_TIMEOUT = 10.0
 
 # Every metric this exporter writes: name -> (type, help, labels). The
@@ -168,7 +179,24 @@ def load_config(raw: dict) -> dict:
         raise ConfigError("interval %r must be a positive number of seconds" % (config["interval"],))
     if not isinstance(config["max_keys_per_map"], int) or config["max_keys_per_map"] < 0:
         raise ConfigError("max_keys_per_map %r must be a number >= 0" % (config["max_keys_per_map"],))
+    if not isinstance(config["unmanaged_programs"], bool):
+        raise ConfigError("unmanaged_programs %r must be true or false" % (config["unmanaged_programs"],))
+    if not _number(config["cache_seconds"]) or config["cache_seconds"] < 0:
+        raise ConfigError("cache_seconds %r must be a number of seconds >= 0" % (config["cache_seconds"],))
+    if not isinstance(config["max_connections"], int) or isinstance(config["max_connections"], bool) \
+            or config["max_connections"] < 1:
+        raise ConfigError("max_connections %r must be a number >= 1" % (config["max_connections"],))
+    if not _number(config["request_timeout"]) or config["request_timeout"] <= 0:
+        raise ConfigError("request_timeout %r must be a positive number of seconds" % (config["request_timeout"],))
+    web = config["web_config_file"]
+    if not isinstance(web, str) or web and not os.path.isabs(web):
+        raise ConfigError("web_config_file %r must be an absolute path (empty: plain HTTP, no authentication)"
+                          % (web,))
     return config
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 # ---------------------------------------------------------------- facts -> samples (pure)
@@ -212,14 +240,19 @@ def protocol_name(number: int) -> str:
     return _facts.protocol_name(number)
 
 
-def add_namespace(samples: Samples, key: str, facts: dict, max_keys: int) -> None:
-    """The samples of one namespace's facts (_facts.snapshot)."""
+def add_namespace(samples: Samples, key: str, facts: dict, max_keys: int, unmanaged: bool = False) -> None:
+    """The samples of one namespace's facts (_facts.snapshot): the collection's own programs (those with an
+    ownership record), and other tools' too when unmanaged is true; an interface's statistics where one of
+    them is attached."""
     for ifname, entry in sorted(facts.get("interfaces", {}).items()):
+        programs = [(hook, prog) for hook, prog in _programs(entry) if unmanaged or prog.get("owner") == OWNER]
+        if not programs:
+            continue
         for metric, stat in INTERFACE_STATS.items():
             samples.add(metric, (key, ifname), entry.get("stats", {}).get(stat, 0), replace=True)
-        for hook, prog in _programs(entry):
+        for hook, prog in programs:
             program = prog.get("program") or prog.get("name") or "id-%s" % prog.get("id")
-            attachment = (prog.get("attachment") or "") if prog.get("owner") == "ebpf.xdp" else ""
+            attachment = (prog.get("attachment") or "") if prog.get("owner") == OWNER else ""
             where = (key, ifname, hook, program, attachment)
             mode = prog.get("mode") or prog.get("method") or ""
             identity = (mode, prog.get("id"), prog.get("tag") or "", prog.get("owner") or "unmanaged")
@@ -354,12 +387,72 @@ class Reader:
         return bool(self.own_path) and _ns_inode(self.own_path) != self.own_inode
 
 
+def collect(config: dict, reader: Reader) -> Samples:
+    """One collection: every wanted namespace read, as samples. In the main thread only (see Scrapes)."""
+    snapshots, seconds = reader.read()
+    return build_samples(config, snapshots, seconds, reader.errors)
+
+
+class Scrapes:
+    """The collected samples, shared by the scrapes that come within cache_seconds of a collection (and by
+    every scrape that waits while one runs), so that concurrent scrapes cost one collection.
+
+    Collections run in the thread that calls serve(), the main thread: setns(2) moves only the calling
+    thread, and the module_utils name the namespace they are in by /proc/self (the main thread's). The
+    server's threads only ask (get) and wait.
+    """
+
+    def __init__(self, collect_once, max_age: float):
+        self.collect_once = collect_once
+        self.max_age = max_age
+        self.cond = threading.Condition()
+        self.samples: Samples | None = None
+        self.taken = 0.0  # when the collection of self.samples began
+        self.generation = 0  # collections finished
+        self.wanted = False
+        self.collecting = False
+
+    def get(self, timeout: float) -> Samples:
+        """The samples of a collection at most max_age old, or of the one running now; TimeoutError when
+        none is ready within timeout."""
+        with self.cond:
+            if self.samples is not None and time.monotonic() - self.taken < self.max_age:
+                return self.samples
+            generation = self.generation
+            if not self.collecting:
+                self.wanted = True
+                self.cond.notify_all()
+            if not self.cond.wait_for(lambda: self.generation != generation, timeout):
+                raise TimeoutError("no collection finished within %s s" % timeout)
+            if self.samples is None:
+                raise RuntimeError("the collection failed; see the exporter's log")
+            return self.samples
+
+    def serve(self, stop, idle: float) -> None:
+        """Collect whenever a scrape asks, until stop() (looked at every idle seconds) says so."""
+        while not stop():
+            with self.cond:
+                if not self.cond.wait_for(lambda: self.wanted, idle):
+                    continue
+                self.wanted, self.collecting = False, True
+            began, samples = time.monotonic(), None
+            try:
+                samples = self.collect_once()
+            except Exception:  # pylint: disable=broad-except
+                LOG.exception("collecting failed")
+            with self.cond:
+                self.samples, self.taken = samples, began
+                self.generation += 1
+                self.collecting = False
+                self.cond.notify_all()
+
+
 def build_samples(config: dict, snapshots: dict, seconds: float, errors: int) -> Samples:
     samples = Samples()
     for key, facts in snapshots.items():
         samples.add("ebpf_xdp_netns_up", (key,), 0 if facts is None else 1, replace=True)
         if facts is not None:
-            add_namespace(samples, key, facts, config["max_keys_per_map"])
+            add_namespace(samples, key, facts, config["max_keys_per_map"], config["unmanaged_programs"])
     samples.add("ebpf_xdp_collect_duration_seconds", (), round(seconds, 6), replace=True)
     samples.add("ebpf_xdp_collect_errors", (), errors, replace=True)
     samples.add("ebpf_xdp_exporter", (config["service"], config["mode"]), 1, replace=True)
@@ -370,6 +463,7 @@ def build_samples(config: dict, snapshots: dict, seconds: float, errors: int) ->
 
 
 BUNDLE = os.path.join(os.path.dirname(os.path.realpath(__file__)), "module_utils.json")
+WEB_MODULE = os.path.join(os.path.dirname(os.path.realpath(__file__)), "ebpf_xdp_web.py")
 MODULE_UTILS = "ansible_collections.ebpf.xdp.plugins.module_utils"
 
 
@@ -428,16 +522,15 @@ def _client():
 
 
 class Collector:
-    """prometheus_client's custom collector: reads the kernel on every collect()."""
+    """prometheus_client's custom collector: the samples that samples() gives (a collection, or Scrapes')
+    as metric families."""
 
-    def __init__(self, config: dict, reader: Reader):
-        self.config = config
-        self.reader = reader
+    def __init__(self, samples):
+        self.samples = samples
         self.core = _client()[1]
 
     def collect(self):
-        snapshots, seconds = self.reader.read()
-        samples = build_samples(self.config, snapshots, seconds, self.reader.errors)
+        samples = self.samples()
         families = {"counter": self.core.CounterMetricFamily, "gauge": self.core.GaugeMetricFamily}
         for name, (kind, text, labels) in METRICS.items():
             series = samples.values[name]
@@ -452,10 +545,11 @@ class Collector:
             yield family
 
 
-def registry(config: dict, reader: Reader):
+def registry(samples):
+    """A registry of the samples that samples() gives, and of the process."""
     client, _core = _client()
     reg = client.CollectorRegistry(auto_describe=False)
-    reg.register(Collector(config, reader))
+    reg.register(Collector(samples))
     client.ProcessCollector(registry=reg)  # process_resident_memory_bytes, cpu seconds, open fds
     return reg
 
@@ -467,35 +561,42 @@ class ListenError(ConfigError):
     pass
 
 
-def make_http_server(config: dict, app):
-    """A single-threaded WSGI server bound to the configured address (bind errors as ListenError)."""
-    from wsgiref.simple_server import WSGIRequestHandler, WSGIServer  # pylint: disable=import-outside-toplevel
+def _web():
+    """The server side, ebpf_xdp_web.py, installed next to this file (kept apart from what is served)."""
+    name = "ebpf_xdp_web"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, WEB_MODULE)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return sys.modules[name]
 
-    class Handler(WSGIRequestHandler):
-        timeout = REQUEST_TIMEOUT  # a client that stalls cannot hold the only thread for long
 
-        def log_message(self, *args):  # pylint: disable=arguments-differ
-            pass
-
-    address, port = config["listen_address"], config["port"]
+def web_config(config: dict, text: str | None = None):
+    """The web configuration (TLS, basic auth) of config, checked; None without one. text: the content to
+    check instead of the file's (the role's check before it writes the file)."""
+    if not config["web_config_file"]:
+        return None
+    web = _web()
     try:
-        family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0][0]
-    except socket.gaierror as exc:
-        raise ListenError("listen_address %r cannot be resolved: %s" % (address, exc))
-    server_class = type("Server", (WSGIServer,), {"address_family": family})
+        return web.WebConfig(config["web_config_file"], text)
+    except web.WebConfigError as exc:
+        raise ConfigError(str(exc))
+
+
+def make_http_server(config: dict, web_text: str | None = None):
+    """The threaded server bound to the configured address, with its web configuration (bind errors as
+    ListenError)."""
+    web = _web()
     try:
-        server = server_class((address, port), Handler)
-    except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
-            raise ListenError("cannot listen on %s: the port is in use by another process; "
-                              "choose another port (xdp_metrics_port)" % _where(config))
-        if exc.errno == errno.EADDRNOTAVAIL:
-            raise ListenError("cannot listen on %s: no interface in this network namespace has that address "
-                              "(xdp_metrics_listen_address)" % _where(config))
-        raise ListenError("cannot listen on %s: %s" % (_where(config), exc.strerror or exc))
-    server.set_app(app)
-    server.timeout = WATCH_INTERVAL
-    return server
+        return web.make_server(config["listen_address"], config["port"], config["max_connections"],
+                               config["request_timeout"], web_config(config, web_text))
+    except web.ListenError as exc:
+        raise ListenError(str(exc))
 
 
 def _where(config: dict) -> str:
@@ -505,11 +606,19 @@ def _where(config: dict) -> str:
 
 def serve_http(config: dict, reader: Reader, server) -> None:
     client, _core = _client()
-    server.set_app(client.make_wsgi_app(registry(config, reader)))
-    LOG.info("serving %s metrics on http://%s/metrics", config["service"], _where(config))
-    while not reader.namespace_gone():
-        server.handle_request()
-    LOG.info("network namespace %s was deleted: exiting", reader.own_key)
+    scrapes = Scrapes(lambda: collect(config, reader), config["cache_seconds"])
+    app = client.make_wsgi_app(registry(lambda: scrapes.get(config["request_timeout"])))
+    server.set_app(_web().guard(app, server.web))
+    thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+    thread.start()
+    LOG.info("serving %s metrics on %s://%s/metrics", config["service"],
+             "https" if server.web and server.web.current()["tls"] else "http", _where(config))
+    try:
+        scrapes.serve(reader.namespace_gone, WATCH_INTERVAL)
+        LOG.info("network namespace %s was deleted: exiting", reader.own_key)
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def write_textfile(config: dict, reg) -> None:
@@ -529,7 +638,7 @@ def write_textfile(config: dict, reg) -> None:
 
 
 def serve_textfile(config: dict, reader: Reader) -> None:
-    reg = registry(config, reader)
+    reg = registry(lambda: collect(config, reader))
     LOG.info("writing %s metrics to %s every %s s", config["service"], config["textfile_path"], config["interval"])
     while not reader.namespace_gone():
         started = time.monotonic()
@@ -601,7 +710,7 @@ def stale(config: dict, config_path: str) -> bool:
         started = os.stat(config["pid_file"]).st_mtime
     except OSError:
         return False
-    paths = [os.path.realpath(__file__), BUNDLE, config_path]
+    paths = [os.path.realpath(__file__), WEB_MODULE, BUNDLE, config_path]
     newest = 0.0
     for path in paths:
         with contextlib.suppress(OSError):
@@ -632,7 +741,7 @@ def check(config: dict) -> None:
     check_environment(config)
     if config["mode"] == "http":
         try:
-            make_http_server(config, None).server_close()
+            make_http_server(config).server_close()
         except ListenError:
             if not serving_us(config):
                 raise
@@ -660,7 +769,7 @@ def run(config: dict, server=None) -> None:
     """Serve until SIGTERM (or until our namespace is deleted)."""
     reader = Reader(config)
     if config["mode"] == "http" and server is None:
-        server = make_http_server(config, None)
+        server = make_http_server(config)
     signal.signal(signal.SIGTERM, _terminate)
     write_pid_file(config)
     try:
@@ -731,7 +840,7 @@ def _daemon(config: dict, log_file: str | None, ready_w: int) -> NoReturn:
     if os.fork():
         os._exit(0)  # pylint: disable=protected-access
     try:
-        server = make_http_server(config, None) if config["mode"] == "http" else None
+        server = make_http_server(config) if config["mode"] == "http" else None
         _detach(log_file)
         write_pid_file(config)
     except Exception as exc:  # pylint: disable=broad-except
@@ -838,7 +947,8 @@ def main(argv=None) -> int:
             return 0
         if args.once:
             client, _core = _client()
-            sys.stdout.write(client.generate_latest(registry(config, Reader(config))).decode())
+            reader = Reader(config)
+            sys.stdout.write(client.generate_latest(registry(lambda: collect(config, reader))).decode())
             return 0
         check_environment(config)
         run(config)

@@ -6,6 +6,8 @@ import json
 import os
 import re
 import sys
+import threading
+import time
 
 import pytest
 
@@ -55,12 +57,27 @@ def _samples(facts=None, config=None, errors=0):
     return exporter.build_samples(config, {"rx": FACTS if facts is None else facts}, 0.01, errors).values
 
 
+ALL_PROGRAMS = {"unmanaged_programs": True}
+
+
 def test_program_info_has_every_program_with_its_identity():
-    info = _samples()["ebpf_xdp_program"]
+    info = _samples(config=ALL_PROGRAMS)["ebpf_xdp_program"]
     assert info[("rx", "eth0", "xdp", "xdp_drop_count", "", "native", "42", "8a80a4514121157e", "ebpf.xdp")] == 1
     assert ("rx", "eth0", "tc_ingress", "redirect_xmit", "", "tcx", "51", "aa", "ebpf.xdp") in info
     assert ("rx", "eth0", "tc_egress", "foreign", "", "cls_bpf", "60", "bb", "unmanaged") in info
     assert len(info) == 5
+
+
+def test_other_tools_programs_are_left_out_unless_asked_for():
+    values = _samples()
+    assert {labels[-1] for labels in values["ebpf_xdp_program"]} == {"ebpf.xdp"}
+    assert len(values["ebpf_xdp_program"]) == 2
+    assert not [labels for labels in values["ebpf_xdp_map_counter"] if labels[3] == "foreign"]
+    # An interface where only other tools' programs run is not ours to show either.
+    facts = json.loads(json.dumps(FACTS))
+    facts["interfaces"]["eth1"] = {"stats": {"rx_packets": 5}, "tc": {"egress": FACTS["interfaces"]["eth0"]["tc"]["egress"]}}
+    assert _samples(facts)["ebpf_xdp_network_receive_packets"] == {("rx", "eth0"): 310}
+    assert _samples(facts, ALL_PROGRAMS)["ebpf_xdp_network_receive_packets"] == {("rx", "eth0"): 310, ("rx", "eth1"): 5}
 
 
 def test_protocol_counters_are_packets_by_protocol_name():
@@ -70,7 +87,7 @@ def test_protocol_counters_are_packets_by_protocol_name():
 
 
 def test_other_maps_are_generic_counters_and_same_named_programs_add_up():
-    values = _samples()
+    values = _samples(config=ALL_PROGRAMS)
     counters = values["ebpf_xdp_map_counter"]
     assert counters[("rx", "eth0", "tc_ingress", "redirect_xmit", "", "redirect_count", "0")] == 20
     # Two foreign programs with one name on one hook: one series, their sum (never a duplicate series).
@@ -141,6 +158,12 @@ def test_every_metric_follows_the_naming_conventions():
     ({"max_keys_per_map": -1}, "max_keys_per_map -1"),
     ({"listen_address": ""}, "listen_address is empty"),
     ({"colour": "blue"}, "unknown setting(s) colour"),
+    ({"unmanaged_programs": "yes"}, "unmanaged_programs 'yes' must be true or false"),
+    ({"cache_seconds": -1}, "cache_seconds -1 must be a number of seconds >= 0"),
+    ({"max_connections": 0}, "max_connections 0 must be a number >= 1"),
+    ({"max_connections": True}, "max_connections True must be a number >= 1"),
+    ({"request_timeout": 0}, "request_timeout 0 must be a positive number"),
+    ({"web_config_file": "web.yml"}, "web_config_file 'web.yml' must be an absolute path"),
 ])
 def test_bad_configurations_are_named(raw, message):
     with pytest.raises(exporter.ConfigError, match=re.escape(message)):
@@ -155,6 +178,60 @@ def test_wanted_namespaces_are_ours_and_those_with_pins(tmp_path):
     assert exporter.wanted_namespaces(config, "own") == ["own", "rx", "tx"]
     assert exporter.wanted_namespaces(dict(config, netns=["tx", "tx"]), "own") == ["tx"]
     assert exporter.wanted_namespaces(dict(config, pin_root=str(tmp_path / "none")), "own") == ["own"]
+
+
+# ---------------------------------------------------------------- one collection for concurrent scrapes
+
+
+def _scrapes(max_age, collect_seconds=0.0):
+    """Scrapes serving from a thread of its own (the exporter's main thread) until the test ends."""
+    calls = []
+
+    def collect_once():
+        calls.append(threading.get_ident())
+        time.sleep(collect_seconds)
+        return len(calls)
+
+    scrapes = exporter.Scrapes(collect_once, max_age)
+    done = threading.Event()
+    thread = threading.Thread(target=scrapes.serve, args=(done.is_set, 0.05), daemon=True)
+    thread.start()
+    return scrapes, calls, done, thread
+
+
+def test_concurrent_scrapes_share_one_collection_in_one_thread():
+    scrapes, calls, done, thread = _scrapes(max_age=60, collect_seconds=0.3)
+    try:
+        answers = []
+        askers = [threading.Thread(target=lambda: answers.append(scrapes.get(5))) for _asker in range(8)]
+        for asker in askers:
+            asker.start()
+        for asker in askers:
+            asker.join()
+        assert answers == [1] * 8 and len(calls) == 1
+        assert calls[0] == thread.ident  # never in the askers' threads (setns moves only its caller)
+        assert scrapes.get(5) == 1 and len(calls) == 1  # within max_age: from the cache
+    finally:
+        done.set()
+
+
+def test_a_scrape_after_the_cache_interval_collects_again():
+    scrapes, calls, done, _thread = _scrapes(max_age=0.2)
+    try:
+        assert scrapes.get(5) == 1
+        time.sleep(0.3)
+        assert scrapes.get(5) == 2 and len(calls) == 2
+    finally:
+        done.set()
+
+
+def test_a_collection_slower_than_the_deadline_is_a_timeout():
+    scrapes, _calls, done, _thread = _scrapes(max_age=0, collect_seconds=1.0)
+    try:
+        with pytest.raises(TimeoutError):
+            scrapes.get(0.2)
+    finally:
+        done.set()
 
 
 # ---------------------------------------------------------------- the dashboard

@@ -73,7 +73,8 @@ ARGS = dict(
     facts_before=dict(type="dict", options=dict(interfaces=dict(type="list", elements="str", default=[]),
                                                 netns=dict(type="str"),
                                                 rate_interval=dict(type="float", default=0),
-                                                only_if_changing=dict(type="bool", default=True))),
+                                                only_if_changing=dict(type="bool", default=True),
+                                                **_facts.READING_ARGS)),
     # toolchain_facts' options, checked by toolchain_unready() against that module's spec.
     toolchain=dict(type="dict"),
     **_common.PIN_ROOT_ARGS,
@@ -526,13 +527,17 @@ def read_facts_before(params: dict, check_mode: bool, would_change) -> dict | No
     wanted = params.get("facts_before")
     if wanted and wanted["rate_interval"] < 0:
         raise ConfigError("facts_before.rate_interval must not be negative")
+    try:
+        reading = _facts.MapReading.from_params(wanted) if wanted else None
+    except _facts.FactsError as exc:
+        raise ConfigError("facts_before.%s" % exc)
     if not wanted or check_mode or (wanted["only_if_changing"] and not would_change()):
         return None
     netns, interfaces = wanted["netns"], wanted["interfaces"]
     with _netns.netns(netns):
         if wanted["rate_interval"]:
-            return _facts.with_rates(params["pin_root"], netns, interfaces, wanted["rate_interval"])
-        return _facts.snapshot(params["pin_root"], netns, interfaces)
+            return _facts.with_rates(params["pin_root"], netns, interfaces, wanted["rate_interval"], reading=reading)
+        return _facts.snapshot(params["pin_root"], netns, interfaces, reading=reading)
 
 
 def toolchain_unready(params: dict, run_command, find_program) -> dict | None:

@@ -6,13 +6,28 @@
 """Reading attached programs, their maps and counters.
 
 Private to the ebpf.xdp collection: the interface may change without notice.
+
+Maps are read two ways. `counters` (maps of 64-bit values under integer keys,
+summed over CPUs, zeros left out) is the shape playbooks and the exporter
+have read since the start. With a `MapReading` (xdp_facts' options `maps`,
+`programs`, `max_entries`, `per_cpu`), every data map of the chosen programs
+is also decoded through its BTF (`maps/btf`, the layouts bpf_map_entry
+writes with) into `entries`, a list of {key, value} in bpf_map_entry's
+notation: the same shape that module's `entries` takes and returns, so an
+entry read here can be written back there. A list rather than a dict keyed
+by the key, because struct keys are dicts; `items2dict` turns scalar keys
+into a dict. At most max_entries entries of each map are read (an array's
+first indexes, a hash's first in the kernel's order); `truncated` and
+`entries_total` say what was left out.
 """
 
 from __future__ import annotations
 
 import array
 import errno
+import fnmatch
 import itertools
+import json
 import operator
 import os
 import sys
@@ -23,7 +38,8 @@ from ansible_collections.ebpf.xdp.plugins.module_utils.host import (
     netlink as _netlink, netns as _netns, session as _session)
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, libxdp as _libxdp, pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import observed as _observed, tc_hooks as _tc_hooks
-from ansible_collections.ebpf.xdp.plugins.module_utils.maps import devmap as _devmap
+from ansible_collections.ebpf.xdp.plugins.module_utils.maps import (
+    btf as _btf, devmap as _devmap, map_entry as _map_entry)
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 # Maps with this name are keyed by IP protocol number (xdp_drop_count, xdp1).
@@ -31,6 +47,57 @@ PROTOCOL_MAP = "proto_count"
 IP_PROTOCOLS = {0: "other", 1: "icmp", 2: "igmp", 6: "tcp", 17: "udp", 41: "ipv6",
                 47: "gre", 50: "esp", 51: "ah", 58: "ipv6-icmp", 132: "sctp"}
 COUNTER_VALUE_SIZE = 8
+# Entries read from each map by default: a hash of a million flows is not read whole unless asked.
+DEFAULT_MAX_ENTRIES = 1024
+# xdp_facts' options that choose what is decoded (datapath's facts_before takes them too).
+READING_ARGS = dict(
+    maps=dict(type="list", elements="str", default=["*"]),
+    programs=dict(type="list", elements="str", default=["*"]),
+    max_entries=dict(type="int", default=DEFAULT_MAX_ENTRIES),
+    per_cpu=dict(type="bool", default=False),
+)
+
+
+class FactsError(EbpfXdpError):
+    """Options of the facts that cannot be read with."""
+
+
+class MapReading:
+    """Which maps of which programs are decoded, how many entries of each, and what the globs matched.
+
+    maps and programs are shell globs (fnmatch) of kernel names (15 characters at most: the kernel cuts longer
+    ones); a program also matches by the function name its ownership record keeps. A glob that matches nothing
+    is no error: `unmatched()` says so."""
+
+    def __init__(self, maps=("*",), programs=("*",), max_entries: int = DEFAULT_MAX_ENTRIES, per_cpu: bool = False):
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries <= 0:
+            raise FactsError("max_entries must be a positive number of entries to read from each map, not %r"
+                             % (max_entries,))
+        self.maps, self.programs = list(maps), list(programs)
+        self.max_entries, self.per_cpu = max_entries, per_cpu
+        self.matched: set[tuple[str, str]] = set()
+        self.problems: list[str] = []
+
+    @classmethod
+    def from_params(cls, params: dict) -> MapReading:
+        return cls(*(params[name] for name in ("maps", "programs", "max_entries", "per_cpu")))
+
+    def _match(self, kind: str, globs: list[str], names) -> bool:
+        found = [glob for glob in globs if any(name and fnmatch.fnmatchcase(name, glob) for name in names)]
+        self.matched.update((kind, glob) for glob in found)
+        return bool(found)
+
+    def wants_program(self, entry: dict) -> bool:
+        return self._match("programs", self.programs, (entry.get("name"), entry.get("program")))
+
+    def wants_map(self, name: str) -> bool:
+        return self._match("maps", self.maps, (name,))
+
+    def unmatched(self) -> dict:
+        """The globs that matched nothing; "*" (every one, the default) is never missing, not even where there is
+        nothing."""
+        return {kind: [glob for glob in getattr(self, kind) if (kind, glob) not in self.matched and glob != "*"]
+                for kind in ("maps", "programs")}
 
 
 def protocol_name(number: int) -> str:
@@ -98,24 +165,62 @@ def _sparse_sums(keys: array.array, values: array.array, marks: bytes, ncpus: in
         found = marks.find(1, (index + 1) * stride)
 
 
-def program_maps(map_ids: list[int]) -> tuple[list[dict], dict]:
-    """A program's maps (without libbpf's internal .rodata/.bss) and their counters."""
+def program_maps(map_ids: list[int], reading: MapReading | None = None) -> tuple[list[dict], dict]:
+    """A program's maps (without libbpf's internal .rodata/.bss) and their counters; with reading, the contents
+    of the maps it chooses, decoded."""
     maps, counters = [], {}
     for map_id in map_ids:
         info = _bpf.map_info(map_id)
         if "." in info["name"]:
             continue  # .rodata, .bss, .data: settings, not state
-        maps.append({key: value for key, value in info.items() if key != "type_id"})
-        if holds_counters(info):
+        item = {key: value for key, value in info.items() if key != "type_id"}
+        maps.append(item)
+        decode = reading is not None and info["type"] in _map_entry.SUPPORTED_TYPES and reading.wants_map(info["name"])
+        if holds_counters(info) or decode:
             with _bpf.Map.from_id(map_id) as prog_map:
-                counters[info["name"]] = read_counters(prog_map)
+                if holds_counters(info):
+                    counters[info["name"]] = read_counters(prog_map)
+                if decode:
+                    item.update(map_contents(prog_map, reading))
     return maps, counters
 
 
-def hook_entry(observed: _observed.Observed) -> dict:
-    """What the facts say of one hook's program: its state, maps and counters."""
-    maps, counters = program_maps(observed.map_ids)
+def map_contents(prog_map: _bpf.Map, reading: MapReading) -> dict:
+    """A map's first reading.max_entries entries decoded through its BTF (by its sizes without one): `entries`
+    ({key, value}, per-CPU values summed and with per_cpu each CPU's in `values`; an array's all-zero entries
+    left out), `btf`, `key_type`, `value_type`, `entries_read`, `truncated`, `entries_total` (null when a hash
+    was not read to its end)."""
+    info = prog_map.info
+    key_layout, value_layout, problem = _btf.map_layouts(prog_map)
+    rows = list(prog_map.items(reading.max_entries + 1))
+    truncated = len(rows) > reading.max_entries
+    del rows[reading.max_entries:]
+    is_array = info["type"] in _map_entry.ARRAY_TYPES
+    zero = bytes(info["value_size"])
+    entries = []
+    for key, value in sorted(rows, key=lambda row: _map_entry.key_order(row[0])):
+        raws = value if prog_map.percpu else [value]
+        if is_array and all(raw == zero for raw in raws):
+            continue
+        entry = {"key": key_layout.decode(key),
+                 "value": value_layout.total(raws) if prog_map.percpu else value_layout.decode(value)}
+        if prog_map.percpu and reading.per_cpu:
+            entry["values"] = [value_layout.decode(raw) for raw in raws]
+        entries.append(entry)
+    out = {"btf": _btf.from_btf(key_layout) or _btf.from_btf(value_layout), "key_type": key_layout.name,
+           "value_type": value_layout.name, "entries": entries, "entries_read": len(rows), "truncated": truncated,
+           "entries_total": info["max_entries"] if is_array else None if truncated else len(rows)}
+    if problem:
+        out["btf_error"] = problem
+        reading.problems.append("map %s (id %d): its BTF cannot be read, so it is read by its sizes: %s"
+                                % (info["name"], info["id"], problem))
+    return out
+
+
+def hook_entry(observed: _observed.Observed, reading: MapReading | None = None) -> dict:
+    """What the facts say of one hook's program: its state, maps and counters (and decoded maps, with reading)."""
     entry = _observed.report(observed)
+    maps, counters = program_maps(observed.map_ids, reading if reading and reading.wants_program(entry) else None)
     entry.update(maps=maps, counters={name: {str(k): v for k, v in sorted(values.items())}
                                       for name, values in counters.items()})
     if PROTOCOL_MAP in counters:
@@ -123,7 +228,7 @@ def hook_entry(observed: _observed.Observed) -> dict:
     return entry
 
 
-def tc_entries(pin_root: str, key: str, ifname: str, ifindex: int) -> dict:
+def tc_entries(pin_root: str, key: str, ifname: str, ifindex: int, reading: MapReading | None = None) -> dict:
     """Per direction, every program on the interface's tc hook, in run order, ours or not; ours with the name of
     their attachment (`attachment`: null for the unnamed one and for programs that are not ours)."""
     out = {}
@@ -136,14 +241,15 @@ def tc_entries(pin_root: str, key: str, ifname: str, ifindex: int) -> dict:
         records = [record for record in (pins.record.read() for pins in attachments.values()) if record]
         for entry in programs:
             owned = next((record for record in records if _tc_hooks.tc_owned(entry, record)), None)
-            found = _still_there(_tc_hooks.observe_tc, entry, direction, owned)
+            found = _still_there(reading, _tc_hooks.observe_tc, entry, direction, owned)
             if found:
                 found.setdefault("attachment", None)
                 out[direction].append(found)
     return out
 
 
-def xdp_chain(pin_root: str, key: str, ifname: str, ifindex: int, warnings: list[str] | None) -> list[dict] | None:
+def xdp_chain(pin_root: str, key: str, ifname: str, ifindex: int, warnings: list[str] | None,
+              reading: MapReading | None = None) -> list[dict] | None:
     """The programs libxdp's dispatcher on the interface runs, in run order (None: no dispatcher there), each with
     its priority and chain call actions, ours with the name of their attachment."""
     if not _libxdp.available():
@@ -159,7 +265,7 @@ def xdp_chain(pin_root: str, key: str, ifname: str, ifindex: int, warnings: list
     out = []
     for component in chain["programs"]:
         owned = next((record for record in records if record.get("prog_id") == component["id"]), None)
-        found = _still_there(_observe_component, component, chain["mode"], owned)
+        found = _still_there(reading, _observe_component, component, chain["mode"], owned)
         if found:
             found.update(priority=component["priority"], chain_call_actions=component["chain_call_actions"])
             found.setdefault("attachment", None)
@@ -173,25 +279,36 @@ def _observe_component(component: dict, mode: str, record: dict | None) -> _obse
                               holder=_observed.HELD_BY_DISPATCHER, record=record, map_ids=info["map_ids"])
 
 
-def _still_there(observe, *args) -> dict | None:
+def _still_there(reading: MapReading | None, observe, *args) -> dict | None:
     """The hook_entry() of observe(*args), or None when the program or a map went away while we looked."""
     try:
-        return hook_entry(observe(*args))
+        return hook_entry(observe(*args), reading)
     except _bpf.BpfError as exc:
         if exc.errno == errno.ENOENT:
             return None
         raise
 
 
-def snapshot(pin_root: str, netns: str | None, wanted: list[str], warnings: list[str] | None = None) -> dict:
-    """Interfaces (all with a program, or those named in wanted) with their XDP and tc programs and counters;
-    a map set that cannot be read is left out, said in `warnings`. One session: a socket, a qdisc dump, a tcx
-    probe for every interface of the namespace."""
+def snapshot(pin_root: str, netns: str | None, wanted: list[str], warnings: list[str] | None = None,
+             reading: MapReading | None = None) -> dict:
+    """Interfaces (all with a program, or those named in wanted) with their XDP and tc programs and counters,
+    and with reading their maps decoded (`unmatched` then says which globs matched nothing); a map set that
+    cannot be read is left out, said in `warnings`. One session: a socket, a qdisc dump, a tcx probe for every
+    interface of the namespace."""
     with _session.host():
-        return _snapshot(pin_root, netns, wanted, warnings)
+        facts = _snapshot(pin_root, netns, wanted, warnings, reading)
+    if reading is not None:
+        facts["unmatched"] = reading.unmatched()
+        if warnings is not None:
+            warnings.extend(reading.problems)
+            warnings.extend("%s: %s matches no %s" % (kind, glob, kind[:-1])
+                            for kind, globs in facts["unmatched"].items() for glob in globs)
+        del reading.problems[:]
+    return facts
 
 
-def _snapshot(pin_root: str, netns: str | None, wanted: list[str], warnings: list[str] | None) -> dict:
+def _snapshot(pin_root: str, netns: str | None, wanted: list[str], warnings: list[str] | None,
+              reading: MapReading | None) -> dict:
     key = _netns.netns_key(netns)
     out = {}
     for iface in _netlink.interfaces():
@@ -199,16 +316,16 @@ def _snapshot(pin_root: str, netns: str | None, wanted: list[str], warnings: lis
         if wanted and name not in wanted:
             continue
         prog_id, _mode = _observed.xdp_live(iface["xdp"])
-        tc = tc_entries(pin_root, key, name, iface["ifindex"])
+        tc = tc_entries(pin_root, key, name, iface["ifindex"], reading)
         if not wanted and not prog_id and not any(tc.values()):
             continue
         entry = {"ifindex": iface["ifindex"], "mac": iface["mac"], "mtu": iface["mtu"],
                  "stats": iface["stats"], "xdp": None, "xdp_chain": None, "tc": tc}
         if prog_id:
             pins = _pins.PinDir.for_hook(pin_root, key, name, "xdp")
-            entry["xdp"] = _still_there(_observed.observe_xdp, iface["ifindex"], iface["xdp"], pins)
+            entry["xdp"] = _still_there(reading, _observed.observe_xdp, iface["ifindex"], iface["xdp"], pins)
             if entry["xdp"] and entry["xdp"]["name"] == _libxdp.DISPATCHER_NAME:
-                entry["xdp_chain"] = xdp_chain(pin_root, key, name, iface["ifindex"], warnings)
+                entry["xdp_chain"] = xdp_chain(pin_root, key, name, iface["ifindex"], warnings, reading)
         out[name] = entry
     missing = sorted(set(wanted or ()) - set(out))
     if missing:
@@ -234,12 +351,12 @@ def _rate(before, after, seconds):
 
 
 def with_rates(pin_root: str, netns: str | None, wanted: list[str], interval: float,
-               warnings: list[str] | None = None) -> dict:
+               warnings: list[str] | None = None, reading: MapReading | None = None) -> dict:
     """Two snapshots `interval` seconds apart; rates are per second."""
-    first = snapshot(pin_root, netns, wanted)
+    first = snapshot(pin_root, netns, wanted, reading=reading)
     start = time.monotonic()
     time.sleep(interval)
-    second = snapshot(pin_root, netns, wanted, warnings)
+    second = snapshot(pin_root, netns, wanted, warnings, reading)
     seconds = time.monotonic() - start
     for name, entry in second["interfaces"].items():
         old = first["interfaces"].get(name, {})
@@ -269,3 +386,32 @@ def _add_rates(old: dict, prog: dict, seconds: float) -> None:
     prog["rates"] = _rate(old["counters"], prog["counters"], seconds)
     if "protocols" in prog:
         prog["protocol_rates"] = _rate(old.get("protocols"), prog["protocols"], seconds)
+    earlier = {item["id"]: item for item in old.get("maps", ()) if "entries" in item}
+    for item in prog["maps"]:
+        if "entries" in item and item["id"] in earlier:
+            before = {_key_id(entry["key"]): entry["value"] for entry in earlier[item["id"]]["entries"]}
+            for entry in item["entries"]:
+                entry["rates"] = _field_rates(before.get(_key_id(entry["key"])), entry["value"], seconds)
+
+
+def _key_id(key) -> str:
+    return json.dumps(key, sort_keys=True)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _field_rates(before, after, seconds: float):
+    """Per-second rates of every number in a decoded value (an entry missing before, as an array's zero entries
+    are, counts from zero); what is not a number has none (left out of a dict, null in a list)."""
+    if _is_number(after):
+        return round((after - (before if _is_number(before) else 0)) / seconds, 1)
+    if isinstance(after, dict):
+        rates = {name: _field_rates((before if isinstance(before, dict) else {}).get(name), value, seconds)
+                 for name, value in after.items()}
+        return {name: rate for name, rate in rates.items() if rate is not None}
+    if isinstance(after, list):
+        earlier = before if isinstance(before, list) and len(before) == len(after) else [None] * len(after)
+        return [_field_rates(old, new, seconds) for old, new in zip(earlier, after)]
+    return None

@@ -153,6 +153,29 @@ options:
             them anyway, for changes that later tasks make.
         type: bool
         default: true
+      maps:
+        description:
+          - Maps whose contents are decoded through their BTF, as O(ebpf.xdp.xdp_facts#module:maps).
+        type: list
+        elements: str
+        default: ['*']
+      programs:
+        description:
+          - Programs whose maps are decoded, as O(ebpf.xdp.xdp_facts#module:programs).
+        type: list
+        elements: str
+        default: ['*']
+      max_entries:
+        description:
+          - Entries read from each decoded map at most, as O(ebpf.xdp.xdp_facts#module:max_entries); a positive
+            number.
+        type: int
+        default: 1024
+      per_cpu:
+        description:
+          - Each CPU's copy of per-CPU values too, as O(ebpf.xdp.xdp_facts#module:per_cpu).
+        type: bool
+        default: false
   toolchain:
     description:
       - Check first that the host has what the collection needs, as M(ebpf.xdp.toolchain_facts) does with the same

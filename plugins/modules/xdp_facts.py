@@ -20,6 +20,10 @@ description:
     the interface statistics.
   - Multicast groups of the shared map sets in the namespace (see M(ebpf.xdp.devmap_group)) are reported in
     C(devmap_groups), with their members, addresses and counters.
+  - Every data map (hash, array, LRU, LPM trie, their per-CPU kinds, devmaps) of the programs chosen by
+    O(programs) and O(maps) is also read and decoded through its BTF, whatever its key and value types, into
+    C(entries) of its item in C(maps) (see RV(ansible_facts.xdp.interfaces)); a map without BTF reads by its
+    sizes. At most O(max_entries) entries of each map are read.
 author:
   - ebpf.xdp developers (@ebpf-xdp)
 requirements:
@@ -45,8 +49,40 @@ options:
   rate_interval:
     description:
       - Seconds between two samples used to compute rates; V(0) takes one sample and no rates.
+      - Decoded map entries get C(rates) too, for every number in their value.
     type: float
     default: 0
+  maps:
+    description:
+      - "Maps whose contents are decoded, as shell-style globs of map names (the kernel keeps 15 characters of a
+        name). V([]) decodes none: the facts are then what they were before decoding existed (C(counters) only)."
+      - A glob that matches no map of the chosen programs is no error; C(unmatched) says so, and a warning.
+    type: list
+    elements: str
+    default: ['*']
+  programs:
+    description:
+      - Programs whose maps are decoded, as shell-style globs of the program's kernel name (15 characters) or of
+        the function name this collection's ownership record keeps (C(program)). Every program is reported
+        either way, with its C(counters); the others' maps just have no C(entries).
+      - A glob that matches no program is no error; C(unmatched) says so, and a warning.
+    type: list
+    elements: str
+    default: ['*']
+  max_entries:
+    description:
+      - At most this many entries are read from each decoded map (an array's first indexes, a hash's first in the
+        kernel's order), so that a hash of a million flows is not read whole. Each map says what was left out
+        (C(truncated), C(entries_total)).
+      - Must be a positive number.
+    type: int
+    default: 1024
+  per_cpu:
+    description:
+      - Also report each CPU's copy of a per-CPU map's values (C(values), one per possible CPU), next to their
+        sum (C(value)).
+    type: bool
+    default: false
 attributes:
   check_mode:
     support: full
@@ -69,6 +105,16 @@ EXAMPLES = r"""
   ansible.builtin.debug:
     msg: "proto {{ item.key }}: {{ item.value }} packets"
   loop: "{{ ansible_facts.xdp.interfaces.eth1.xdp.counters.proto_count | dict2items }}"
+
+- name: Read the statistics of xdp-filter's xdp_stats_map, decoded through its BTF (struct xdp_stats_record)
+  ebpf.xdp.xdp_facts:
+    maps: [xdp_stats_map]
+    max_entries: 16
+
+- name: Dropped packets, as xdp-filter status prints them (key is the enum xdp_action's name)
+  ansible.builtin.debug:
+    msg: "{{ ((ansible_facts.xdp.interfaces.eth1.xdp.maps | selectattr('name', 'equalto', 'xdp_stats_map')
+              | first).entries | items2dict)['XDP_DROP'].rx_packets }}"
 
 - name: List the programs libxdp's dispatcher runs on eth1 (xdp-loader's or this collection's), in run order
   ansible.builtin.debug:
@@ -95,6 +141,12 @@ ansible_facts:
           description: Measured seconds between the two samples.
           type: float
           returned: when O(rate_interval) is set
+        unmatched:
+          description:
+            - The globs of O(maps) and O(programs) that matched nothing (each also a warning).
+          type: dict
+          returned: always
+          sample: {maps: [flow_tabel], programs: []}
         devmap_groups:
           description:
             - Multicast groups (see M(ebpf.xdp.devmap_group)) per shared map set of the namespace that holds
@@ -125,7 +177,8 @@ ansible_facts:
             - Without O(interfaces), the interfaces that have an XDP or tc program.
             - C(xdp) is null without a program, else a dict with C(id), C(name), C(tag), C(mode),
               C(owner), C(maps) (each with C(id), C(name), C(type), C(key_size), C(value_size),
-              C(max_entries)), C(counters) (map name to key to total), C(protocols) (for
+              C(max_entries), and when decoded the keys below), C(counters) (map name to key to total, for maps
+              of 64-bit values under integer keys), C(protocols) (for
               C(proto_count) maps), C(rates) and C(protocol_rates) (with O(rate_interval)), and for
               programs attached by this collection C(object), C(object_sha256), C(program) and
               C(constants); C(attach) (V(link) or V(netlink)) and C(link_id) say how it is held.
@@ -134,6 +187,19 @@ ansible_facts:
               Programs loaded with C(backend=bcc) (see M(ebpf.xdp.xdp_program)) add C(backend) (V(bcc)),
               C(source), C(source_sha256), C(cflags) and C(kernel_release); their maps are bcc's tables by
               their names.
+            - "A decoded map (see O(maps)) adds C(entries): a list of C({key, value}) in
+              M(ebpf.xdp.bpf_map_entry)'s notation (its O(ebpf.xdp.bpf_map_entry#module:entries) takes them back),
+              sorted by key; a struct or union as a dict of its members (anonymous ones flattened, every member of a
+              union shown), an enum by its enumerator's name, a C(char) array as text, other byte arrays as
+              C({hex: ...}), arrays as lists. A per-CPU value is summed over CPUs field by field (integers that
+              count; an enum, boolean, pointer or bytes where every CPU holds the same, else null), with
+              O(per_cpu) each CPU's in C(values); with O(rate_interval), C(rates) holds the per-second rate of every
+              number of the value. An array's entries whose value is all zero are left out, as in C(counters).
+              Also C(btf) (whether the key or value came from BTF), C(key_type) and C(value_type) (their C
+              names, or C(a 4-byte key) without BTF), C(entries_read), C(truncated) (more entries than
+              O(max_entries)), C(entries_total) (the map's entries: an array's size, a hash's count when read to
+              its end, else null) and C(btf_error) when the map's BTF could not be read (then read by its
+              sizes, with a warning)."
             - C(xdp_chain) is null unless the XDP program is libxdp's dispatcher (C(xdp_dispatcher), attached by
               C(xdp-loader) or another libxdp user), which runs several XDP programs in turn; it is then the list
               of those programs in the order they run, with the same keys as C(xdp) (C(attach) is
@@ -161,7 +227,10 @@ ansible_facts:
                 tag: 8a80a4514121157e
                 mode: native
                 owner: ebpf.xdp
-                maps: [{id: 7, name: proto_count, type: percpu_array, key_size: 4, value_size: 8, max_entries: 256}]
+                maps:
+                  - {id: 7, name: proto_count, type: percpu_array, key_size: 4, value_size: 8, max_entries: 256,
+                     btf: true, key_type: __u32, value_type: __u64, entries: [{key: 6, value: 10}, {key: 17, value: 20}],
+                     entries_read: 256, truncated: false, entries_total: 256}
                 counters: {proto_count: {"6": 10, "17": 20}}
                 protocols: {tcp: 10, udp: 20}
               xdp_chain: null
@@ -179,21 +248,27 @@ ARGUMENT_SPEC = dict(
     interfaces=dict(type="list", elements="str", default=[]),
     netns=dict(type="str"),
     rate_interval=dict(type="float", default=0),
+    **_facts.READING_ARGS,
     **_common.PIN_ROOT_ARGS)
 
 
 def prepare(module):
     if module.params["rate_interval"] < 0:
         module.fail_json(msg="rate_interval must not be negative")
+    try:
+        _facts.MapReading.from_params(module.params)
+    except _facts.FactsError as exc:
+        module.fail_json(msg=str(exc))
 
 
 def read(p, _check_mode, _module):
     warnings = []
+    reading = _facts.MapReading.from_params(p)
     with _netns.netns(p["netns"]):
         if p["rate_interval"]:
-            xdp = _facts.with_rates(p["pin_root"], p["netns"], p["interfaces"], p["rate_interval"], warnings)
+            xdp = _facts.with_rates(p["pin_root"], p["netns"], p["interfaces"], p["rate_interval"], warnings, reading)
         else:
-            xdp = _facts.snapshot(p["pin_root"], p["netns"], p["interfaces"], warnings)
+            xdp = _facts.snapshot(p["pin_root"], p["netns"], p["interfaces"], warnings, reading)
     return dict(changed=False, ansible_facts={"xdp": xdp}), warnings
 
 

@@ -226,6 +226,10 @@ CASES = [
     ("facts-no-interface", "xdp_facts", dict(netns="{rx}", interfaces=["nosuch0"]),
      "interface nosuch0 does not exist in this network namespace"),
     ("facts-negative-rate", "xdp_facts", dict(netns="{rx}", rate_interval=-1), "rate_interval must not be negative"),
+    ("facts-zero-entries", "xdp_facts", dict(netns="{rx}", max_entries=0),
+     "max_entries must be a positive number of entries to read from each map, not 0"),
+    ("facts-negative-entries", "xdp_facts", dict(netns="{rx}", max_entries=-1),
+     "max_entries must be a positive number of entries to read from each map, not -1"),
     ("facts-netns-path", "xdp_facts", dict(netns="a/b"),
      "netns 'a/b' is not a network namespace name (a name under /run/netns, as `ip netns list` shows; "
      "no '/', not '.' or '..')"),

@@ -16,7 +16,8 @@ UDP = 17
 def test_facts_of_an_empty_namespace(run, pair):
     facts = run("xdp_facts", dict(netns=pair.rx))
     assert facts["changed"] is False
-    assert facts["ansible_facts"]["xdp"] == {"netns": pair.rx, "interfaces": {}}
+    assert facts["ansible_facts"]["xdp"] == {"netns": pair.rx, "interfaces": {}, "unmatched": {"maps": [],
+                                                                                               "programs": []}}
     named = run("xdp_facts", dict(netns=pair.rx, interfaces=["eth0"]))["ansible_facts"]["xdp"]
     assert named["interfaces"]["eth0"]["xdp"] is None
     assert named["interfaces"]["eth0"]["mac"] == pair.rx_mac

@@ -113,7 +113,8 @@ def test_gathered_entries_fed_back_are_valid_config():
 
 
 def test_facts_before_are_not_read_unless_asked_outside_check_mode_and_before_a_change():
-    asked = dict(interfaces=[], netns=None, rate_interval=0, only_if_changing=True)
+    asked = dict(interfaces=[], netns=None, rate_interval=0, only_if_changing=True, maps=["*"], programs=["*"],
+                 max_entries=1024, per_cpu=False)
     rehearsals = []
 
     def would_change(answer):
@@ -126,4 +127,8 @@ def test_facts_before_are_not_read_unless_asked_outside_check_mode_and_before_a_
     assert _datapath.read_facts_before(params, False, would_change(False)) is None and rehearsals == [False]
     params["facts_before"] = dict(asked, rate_interval=-1)
     with pytest.raises(ConfigError, match="facts_before.rate_interval must not be negative"):
+        _datapath.read_facts_before(params, True, would_change(True))
+    params["facts_before"] = dict(asked, max_entries=0)
+    with pytest.raises(ConfigError, match="facts_before.max_entries must be a positive number of entries to read "
+                                          "from each map, not 0"):
         _datapath.read_facts_before(params, True, would_change(True))

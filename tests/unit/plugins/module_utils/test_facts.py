@@ -3,6 +3,8 @@
 import random
 import struct
 
+import pytest
+
 from ansible_collections.ebpf.xdp.plugins.module_utils import _facts
 
 
@@ -45,3 +47,31 @@ def test_many_and_few_counters_are_summed_alike():
         chunk = (struct.pack("=256I", *range(256)), b"".join(struct.pack("=2Q", *pair) for pair in per_cpu), 256)
         expected = {key: sum(pair) for key, pair in enumerate(per_cpu) if sum(pair)}
         assert _facts._summed([chunk], 4, 2) == expected, busy
+
+
+@pytest.mark.parametrize("max_entries", [0, -1, True, "10"])
+def test_an_entry_limit_must_be_a_positive_number(max_entries):
+    with pytest.raises(_facts.FactsError, match=r"max_entries must be a positive number of entries to read from "
+                                                r"each map, not "):
+        _facts.MapReading(max_entries=max_entries)
+
+
+def test_globs_that_match_nothing_are_said_and_every_one_is_never_missing():
+    reading = _facts.MapReading(maps=["*", "flow*", "nosuch"], programs=["xdp_*", "other"])
+    assert reading.wants_program({"name": "xdp_btf_count", "program": None})
+    # A program also matches by the function name its record keeps (the kernel cuts names at 15 characters).
+    assert reading.wants_program({"name": "xdp_a_long_func", "program": "other"})
+    assert reading.wants_map("flows") and reading.wants_map("kinds")
+    assert reading.unmatched() == {"maps": ["nosuch"], "programs": []}
+    assert _facts.MapReading().unmatched() == {"maps": [], "programs": []}
+
+
+def test_rates_of_every_number_of_a_decoded_value_in_its_shape():
+    before = {"packets": 10, "bytes": 600, "last": "XDP_DROP", "hist": [1, 2], "inner": {"n": 1}, "on": True}
+    after = {"packets": 30, "bytes": 1800, "last": "XDP_PASS", "hist": [3, 2], "inner": {"n": 5}, "on": False,
+             "label": "eth0"}
+    rates = _facts._field_rates(before, after, 2.0)
+    assert rates == {"packets": 10.0, "bytes": 600.0, "hist": [1.0, 0.0], "inner": {"n": 2.0}}
+    # An entry that was not there (an array's zero entry) counts from zero.
+    assert _facts._field_rates(None, {"packets": 4}, 2.0) == {"packets": 2.0}
+    assert _facts._field_rates(None, 8, 4.0) == 2.0

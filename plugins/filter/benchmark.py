@@ -16,6 +16,7 @@ teardown, and lets a unit test read the whole matrix.
 from __future__ import annotations
 
 import re
+import shlex
 
 from ansible.errors import AnsibleFilterError
 
@@ -88,7 +89,8 @@ def _datapath(where, **config):
 
 
 def _shell(where, lines):
-    prefix = "ip netns exec %s " % where["netns"] if where["netns"] else ""
+    """Shell lines run at a place (tasks/run_case.yml): every name in them is quoted, here or by their makers."""
+    prefix = "ip netns exec %s " % shlex.quote(where["netns"]) if where["netns"] else ""
     return dict(where, lines=[prefix + line for line in lines])
 
 
@@ -110,12 +112,13 @@ def _bridge(ports):
     """Shell lines that make the case's bridge (no STP, no forward delay, no snooping: every frame floods)."""
     return (["ip link add %s type bridge stp_state 0 forward_delay 0 mcast_snooping 0" % BENCH_BRIDGE,
              "sysctl -qw net.ipv6.conf.%s.disable_ipv6=1" % BENCH_BRIDGE]
-            + ["ip link set %s master %s" % (port, BENCH_BRIDGE) for port in ports]
+            + ["ip link set dev %s master %s" % (shlex.quote(port), BENCH_BRIDGE) for port in ports]
             + ["ip link set %s up" % BENCH_BRIDGE])
 
 
 def _gro(where, interface):
-    return dict(setup=[_shell(where, [GRO_ON % interface])], teardown=[_shell(where, [GRO_OFF % interface])])
+    name = shlex.quote(interface)
+    return dict(setup=[_shell(where, [GRO_ON % name])], teardown=[_shell(where, [GRO_OFF % name])])
 
 
 def _drop_cases(params):

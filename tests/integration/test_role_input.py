@@ -143,3 +143,36 @@ def test_every_bad_value_is_told_at_once(topology):
     topology.vars["lab_links"][0]["b"].update(netns=topology.receiver + "\ty", ifname="eth 0")
     msg = refused(topology, "lab_up.yml")
     assert msg.count("holds whitespace") == 3, msg
+
+
+# ---------------------------------------------------------------- the benchmark role
+
+BENCHMARK_CHECK = "Check the names, addresses and directory the benchmark uses"
+
+
+@pytest.mark.parametrize("extra,said", [
+    ({"benchmark_objects_dir": "/var/lib/ebpf_xdp/../../../etc"},
+     'benchmark_objects_dir "/var/lib/ebpf_xdp/../../../etc" is not a path: it is not normalised (no \'.\', '
+     '\'..\', \'//\' or trailing \'/\'; it reads as /etc)'),
+    ({"benchmark_objects_dir": "var/lib/bench"}, 'benchmark_objects_dir "var/lib/bench" is not a path: it is not '
+                                                 'absolute'),
+    ({"benchmark_drop": {"sender": "s", "sender_interface": "eth0; reboot", "receiver": "r",
+                         "receiver_interface": "eth0", "receiver_netns": "rx\nx", "src_ip": "198.18.0.1",
+                         "dst_ip": "198.18.0.2)"}},
+     'netns "rx\\nx" is not a network namespace name: it holds whitespace; interface "eth0; reboot" is not an '
+     'interface name: it holds whitespace; address "198.18.0.2)" is not an IPv4 address: it is not a dotted quad'),
+], ids=["objects-dir-dotdot", "objects-dir-relative", "names"])
+def test_benchmark_refuses_bad_names_and_directories(tmp_path, extra, said):
+    """The benchmark's metrics/ under benchmark_objects_dir is removed at the end, and its names go into shell lines
+    (quoted), ip and trafgen's configuration: refused before the role reads or changes anything on a host."""
+    play = tmp_path / "play.yml"
+    play.write_text(yaml.safe_dump([{"name": "Benchmark", "hosts": "localhost", "connection": "local",
+                                     "gather_facts": False, "roles": [{"role": "ebpf.xdp.benchmark"}]}]))
+    results = tmp_path / "results"
+    out = ansible_playbook("-i", "localhost,", str(play), expect_ok=False, extra_vars=[dict(
+        {"benchmark_cases": "drop", "benchmark_results_dir": str(results), "ansible_python_interpreter":
+         "/usr/bin/python3"}, **extra)])
+    assert out["stats"]["localhost"]["failures"] == 1 and out["stats"]["localhost"]["changed"] == 0, out["stats"]
+    result = task_results(out, BENCHMARK_CHECK)["localhost"]
+    assert result["msg"] == "benchmark: %s. Nothing was changed." % said, result["msg"]
+    assert not results.exists() and not os.path.exists("var/lib/bench")

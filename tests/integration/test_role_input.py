@@ -9,6 +9,7 @@ one bad value and asserts the refusal names it, and that no namespace, pin
 or file appeared. The namespaces are unique per run and never created.
 """
 
+import json
 import os
 import uuid
 
@@ -176,3 +177,55 @@ def test_benchmark_refuses_bad_names_and_directories(tmp_path, extra, said):
     result = task_results(out, BENCHMARK_CHECK)["localhost"]
     assert result["msg"] == "benchmark: %s. Nothing was changed." % said, result["msg"]
     assert not results.exists() and not os.path.exists("var/lib/bench")
+
+
+# ---------------------------------------------------------------- the toolchain role
+
+def test_toolchain_refuses_a_bpffs_path_or_mode_that_would_rewrite_its_unit(tmp_path):
+    """Path and mode are written into ebpf-xdp-bpffs.service (ExecStart=/bin/sh -c '... mode=MODE ...' PATH): a
+    newline would be a directive of its own, a quote a command. Refused before the first package or mount."""
+    play = tmp_path / "play.yml"
+    play.write_text(yaml.safe_dump([{"name": "Toolchain", "hosts": "localhost", "connection": "local",
+                                     "gather_facts": False, "roles": [{"role": "ebpf.xdp.toolchain"}]}]))
+    marker = tmp_path / "ran"
+    out = ansible_playbook("-i", "localhost,", str(play), expect_ok=False, extra_vars=[{
+        "ansible_python_interpreter": "/usr/bin/python3",
+        "toolchain_bpffs_path": "/sys/fs/bpf-%s\nExecStartPost=/bin/touch %s" % (uuid.uuid4().hex[:6], marker),
+        "toolchain_bpffs_mode": "0700' ; touch %s ; '" % marker}])
+    assert out["stats"]["localhost"]["failures"] == 1 and out["stats"]["localhost"]["changed"] == 0, out["stats"]
+    msg = task_results(out, "Check the bpffs path and mode")["localhost"]["msg"]
+    assert msg.startswith('toolchain: toolchain_bpffs_path "/sys/fs/bpf-') and msg.endswith(". Nothing was changed.")
+    assert "is not a path: it holds a NUL byte or a newline" in msg, msg
+    assert "holds a character other than letters, digits and _ . / @ + - (it is written into a systemd unit)" in msg
+    assert 'toolchain_bpffs_mode "0700\' ; touch %s ; \'" is not an octal mode such as "0700"' % marker in msg, msg
+    assert not marker.exists()
+    unit = "/etc/systemd/system/ebpf-xdp-bpffs.service"
+    if os.path.exists(unit):
+        with open(unit) as f:
+            assert str(marker) not in f.read()
+
+
+# ---------------------------------------------------------------- the xdp_metrics role
+
+def test_xdp_metrics_refuses_names_and_paths_that_would_write_elsewhere(tmp_path):
+    """The service name becomes a unit file's name and its Description, the directories its ExecStart."""
+    play = tmp_path / "play.yml"
+    play.write_text(yaml.safe_dump([{"name": "Metrics", "hosts": "localhost", "connection": "local",
+                                     "gather_facts": False, "roles": [{"role": "ebpf.xdp.xdp_metrics"}]}]))
+    marker = tmp_path / "ran"
+    name = "rm%s\nExecStartPre=/bin/touch %s" % (uuid.uuid4().hex[:6], marker)
+    out = ansible_playbook("-i", "localhost,", str(play), expect_ok=False, extra_vars=[{
+        "ansible_python_interpreter": "/usr/bin/python3", "xdp_metrics_service_name": name,
+        "xdp_metrics_install_dir": "lib/metrics", "xdp_metrics_config_dir": str(tmp_path / "etc" / ".." / ".."),
+        "xdp_metrics_netns": ["../../proc/1/ns/net"], "xdp_metrics_install_packages": False}])
+    assert out["stats"]["localhost"]["failures"] == 1 and out["stats"]["localhost"]["changed"] == 0, out["stats"]
+    msg = task_results(out, "Check the exporter's names and paths")["localhost"]["msg"]
+    assert msg == (
+        "xdp_metrics: xdp_metrics_service_name %s is not a service name (letters, digits, _ . @ -, first a letter "
+        "or digit, at most 200); xdp_metrics_netns \"../../proc/1/ns/net\" is not a network namespace name: it holds "
+        "'/'; xdp_metrics_install_dir \"lib/metrics\" is not a path: it is not absolute; xdp_metrics_config_dir "
+        "\"%s/etc/../..\" is not a path: it is not normalised (no '.', '..', '//' or trailing '/'; it reads as %s). "
+        "Nothing was changed." % (json.dumps(name), tmp_path, tmp_path.parent)), msg
+    assert os.listdir(tmp_path) == ["play.yml"] and not os.path.exists("lib")
+    units = os.listdir("/etc/systemd/system") if os.path.isdir("/etc/systemd/system") else []
+    assert [unit for unit in units if unit.startswith(name[:8])] == []

@@ -16,6 +16,8 @@ options:
       - Each attachment has its own directory C(<pin_root>/<netns>/<interface>/<hook>/) holding the
         program, its link, its maps and an ownership record; C(<netns>) is C(host) for the initial
         namespace. Hosts that share a bpffs (lab namespaces on one machine) stay apart this way.
+      - An absolute path without C(..) components (C(.), C(//) and a trailing C(/) are normalised away); a
+        relative one, or one that climbs, is refused before anything happens.
     type: path
     default: /sys/fs/bpf/ebpf_xdp
 """

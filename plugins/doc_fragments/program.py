@@ -80,6 +80,8 @@ options:
       - O(state=absent) removes the set only when no other attachment names it and O(keep_maps) is false.
       - The maps of programs sharing a set must have the same layout (libbpf refuses an incompatible pin).
       - Without it, each attachment has maps of its own.
+      - 1 to 64 of letters, digits, C(_) and C(-), starting with a letter or digit (the set is a directory of
+        bpffs, which refuses C(.) in a name).
     type: str
   checksum:
     description:
@@ -161,6 +163,7 @@ options:
       - An object is removed once no ownership record on the host names it as its current or previous
         revision (a record whose pins are gone, after a reboot or a removed O(pin_root), stops counting when
         the store is next changed). Every pin root and network namespace of a host may share one store.
+      - An absolute path without C(..) components.
     type: path
     default: /var/lib/ebpf_xdp/revisions
 """

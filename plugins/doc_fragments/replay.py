@@ -19,5 +19,6 @@ options:
         maps. Most useful in check mode, to know what a change would do to real traffic before making it.
       - Needs O(state=present), an O(object) (backend libbpf) and no O(revision=previous). Where the collection
         has no program on the hook yet, RV(replay) says so and compares nothing.
+      - An absolute path without C(..) components.
     type: path
 """

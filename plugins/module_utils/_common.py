@@ -24,6 +24,7 @@ from ansible.module_utils.common.respawn import has_respawned, probe_interpreter
 # First of the collection's own: the rest of them load from compiled bytecode kept on the host (see _bytecode).
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bytecode  # noqa: F401 pylint: disable=unused-import
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import bcc as _bcc, libbpf as _bpf, pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import names as _names
 from ansible_collections.ebpf.xdp.plugins.module_utils.host.privileges import BPF_CAPABILITIES, missing_capabilities
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf.compile import CompileError
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
@@ -95,6 +96,41 @@ DEVMAP_GROUP_ARGS = dict(
     state=dict(type="str", choices=["present", "absent"], default="present"),
     **PIN_ROOT_ARGS)
 DEVMAP_GROUP_RULES = dict(required_one_of=[("name", "id")])
+
+# Options whose values become path components, or paths the collection writes at or builds paths under, and
+# what each must be (host/names), by option name in every module: check_names runs them on every module's
+# options (run_module) and every datapath entry before anything happens. A list option's check is its elements';
+# a dict's applies to its suboptions.
+NAMES = dict(
+    interface=_names.check_interface, members=_names.check_interface, interfaces=_names.check_interface,
+    netns=_names.optional(_names.check_netns), namespaces=_names.check_netns,
+    shared_maps=_names.optional(_names.check_map_set),
+    pin_root=_names.check_absolute, object_store=_names.check_absolute, cache_dir=_names.check_absolute,
+    replay=_names.check_absolute,
+    facts_before=dict(interfaces=_names.check_interface, netns=_names.optional(_names.check_netns)),
+    sources=dict(dir=_names.check_absolute),
+)
+# Where `name` names an attachment (program modules, replay) or a multicast group.
+PROGRAM_NAMES = dict(NAMES, name=_names.check_attachment)
+DEVMAP_GROUP_NAMES = dict(NAMES, name=_names.check_group)
+
+
+def check_names(params: dict, checks: dict = None, prefix: str = "") -> None:
+    """Run the checks (default NAMES) on the options params has, putting back the values they return (roots
+    normalised); BadNameError names the first option that fails (as prefix + option, a list's element by
+    index)."""
+    for option, check in (NAMES if checks is None else checks).items():
+        value = params.get(option)
+        if value is None:
+            continue
+        if isinstance(check, dict):
+            if isinstance(value, dict):
+                check_names(value, check, "%s%s." % (prefix, option))
+        elif isinstance(value, list):
+            params[option] = [check(item, "%s%s[%d]" % (prefix, option, index)) for index, item in enumerate(value)]
+        else:
+            params[option] = check(value, prefix + option)
+
 
 # Where distributions install Python with their python3-pyroute2 package.
 SYSTEM_INTERPRETERS = ["/usr/bin/python3", "/usr/libexec/platform-python", "/usr/bin/python"]
@@ -212,8 +248,9 @@ def command_runner(module):
 
 
 def run_module(argument_spec: dict, work, rules: dict | None = None, prepare=None, libraries: dict | None = None,
-               privileges=BPF_CAPABILITIES, failure=None) -> None:
-    """A module's whole main, in this order: the argument spec (and its rules), prepare(module) (a check of
+               privileges=BPF_CAPABILITIES, failure=None, names: dict | None = None) -> None:
+    """A module's whole main, in this order: the argument spec (and its rules), the names and paths of its
+    options (check_names with names, default NAMES), prepare(module) (a check of
     options the spec cannot say, or a respawn), the libraries (require_libraries' arguments) and privileges
     (names, or a function of the options) the work needs, then work(params, check_mode, module) -> (result,
     warnings). A known error becomes fail_json with failure(params)'s keys (default: changed false) and what
@@ -221,6 +258,7 @@ def run_module(argument_spec: dict, work, rules: dict | None = None, prepare=Non
     module = AnsibleModule(argument_spec=argument_spec, supports_check_mode=True, **(rules or {}))
     params = module.params
     try:
+        check_names(params, names)
         if prepare:
             prepare(module)
         require_libraries(module, **(libraries or {}))

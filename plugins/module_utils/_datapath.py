@@ -60,6 +60,8 @@ SECTIONS = {
     "devmap_groups": ("devmap_group", _common.DEVMAP_GROUP_ARGS, _common.DEVMAP_GROUP_RULES),
     "map_entries": ("bpf_map_entry", _map_entry.ENTRY_ARGS, {}),
 }
+# What each section's names and paths must be (_common.check_names), as its module checks them.
+SECTION_NAMES = {"xdp": _common.PROGRAM_NAMES, "tc": _common.PROGRAM_NAMES, "devmap_groups": _common.DEVMAP_GROUP_NAMES}
 # The hooks' sections: each kind of hook registered with the converger (XdpHook, TcHook), by its adapter.
 HOOKS = {kind: _converge.ADAPTERS[kind].from_params for kind in ("xdp", "tc")}
 # The module's options (documented in plugins/modules/datapath.py). The entries are checked by validate(), each
@@ -131,6 +133,10 @@ def validate(config: dict, pin_root: str) -> dict[str, list[dict]]:
             if result.error_messages:
                 raise ConfigError("%s: %s" % (where(section, index), "; ".join(result.error_messages)))
             params = result.validated_parameters
+            try:
+                _common.check_names(params, SECTION_NAMES.get(section, _common.NAMES))
+            except EbpfXdpError as exc:
+                raise ConfigError("%s: %s" % (where(section, index), exc)) from exc
             if section in ("xdp", "tc") and params["backend"] != "libbpf":
                 raise ConfigError("%s: backend %s is not available in ebpf.xdp.datapath; use ebpf.xdp.%s for it"
                                   % (where(section, index), params["backend"], module))

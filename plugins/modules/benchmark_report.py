@@ -53,6 +53,7 @@ options:
   dest:
     description:
       - The directory to write into. It is created when missing; its parent directory must exist.
+      - An absolute path without C(..) components.
     type: path
     required: true
   results:
@@ -321,6 +322,7 @@ summary:
 from ansible.module_utils.basic import missing_required_lib
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _common
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import names as _names
 from ansible_collections.ebpf.xdp.plugins.module_utils.bench import plots as _plots, report as _report
 
 RECORD_OPTIONS = dict(
@@ -367,6 +369,7 @@ def benchmark_report(params, check_mode, _module):
 
 def main():
     _common.run_module(ARGUMENT_SPEC, work=benchmark_report, prepare=require_matplotlib,
+                       names=dict(_common.NAMES, dest=_names.check_absolute),
                        libraries=dict(libbpf=False, pyroute2=False), privileges=())
 
 

@@ -62,7 +62,7 @@ options:
     default: clang
   cache_dir:
     description:
-      - Directory of the object cache.
+      - Directory of the object cache, an absolute path without C(..) components.
     type: path
     default: /var/cache/ebpf_xdp/objects
 attributes:

@@ -44,6 +44,7 @@ options:
     description:
       - The pcap file to write, on the managed host. It is replaced when it exists.
       - Its directory must exist; the module does not create directories.
+      - An absolute path without C(..) components.
     type: path
     required: true
   count:
@@ -196,6 +197,7 @@ dropped:
 """
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _common
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import names as _names
 from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import capture as _capture, pcap as _pcap
 
 ARGUMENT_SPEC = dict(
@@ -218,6 +220,7 @@ def capture(params, check_mode, _module):
 
 def main():
     _common.run_module(ARGUMENT_SPEC, libraries=dict(libbpf=False, pyroute2=False), work=capture,
+                       names=dict(_common.NAMES, path=_names.check_absolute),
                        privileges=lambda params: ("CAP_NET_RAW",) + (("CAP_SYS_ADMIN",) if params["netns"] else ()))
 
 

@@ -36,7 +36,7 @@ options:
   name:
     description:
       - Name of the group, unique in its map set. A name without O(id) finds the group of that name, or gives a
-        new group the lowest free id (kept in the group's record).
+        new group the lowest free id (kept in the group's record). 1 to 64 characters without control characters.
       - At least one of O(name) and O(id) is required.
     type: str
   id:
@@ -59,7 +59,8 @@ options:
   members:
     description:
       - Interface names of the member ports. Each gets a copy of every frame of the group, resolved to its
-        ifindex in O(netns).
+        ifindex in O(netns). Each must be a name the kernel could give an interface (1 to 15 bytes, without C(/),
+        C(:), whitespace or control characters, not C(.) or C(..)).
       - Without O(exclusive), the listed members are added and others stay.
     type: list
     elements: str
@@ -237,7 +238,8 @@ from ansible_collections.ebpf.xdp.plugins.module_utils.maps import devmap as _de
 
 
 def main():
-    _common.run_module(_common.DEVMAP_GROUP_ARGS, rules=_common.DEVMAP_GROUP_RULES, libraries=dict(pyroute2=False),
+    _common.run_module(_common.DEVMAP_GROUP_ARGS, rules=_common.DEVMAP_GROUP_RULES, names=_common.DEVMAP_GROUP_NAMES,
+                       libraries=dict(pyroute2=False),
                        work=lambda params, check_mode, _module: _devmap.converge(params, check_mode))
 
 

@@ -56,7 +56,7 @@ options:
   pcap:
     description:
       - A classic pcap file on the managed host, link type Ethernet (pcapng is refused; convert it with
-        C(tcpdump -r in.pcapng -w out.pcap)).
+        C(tcpdump -r in.pcapng -w out.pcap)). An absolute path without C(..) components.
     type: path
     required: true
   object:
@@ -192,6 +192,7 @@ hook:
 """
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _common
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import names as _names
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import replay as _replay
 
 ARGUMENT_SPEC = dict(
@@ -211,6 +212,7 @@ ARGUMENT_SPEC = dict(
 def main():
     _common.run_module(ARGUMENT_SPEC, rules=dict(mutually_exclusive=[("program", "section")]),
                        libraries=dict(pyroute2=False, predicts=False),
+                       names=dict(_common.PROGRAM_NAMES, pcap=_names.check_absolute),
                        work=lambda params, _check_mode, _module: (
                            dict(_replay.compared(params, params["require_attached"]), changed=False), []))
 

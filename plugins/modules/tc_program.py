@@ -367,7 +367,7 @@ def prepare(module):
 def main():
     _common.run_module(
         dict(_common.TC_PROGRAM_ARGS, **_replay.TASK_ARGS), rules=_revisions.module_rules(_bcc.MODULE_RULES),
-        prepare=prepare,
+        names=_common.PROGRAM_NAMES, prepare=prepare,
         work=lambda params, check_mode, _module: _replay.converge_task(params, check_mode, TcHook),
         failure=lambda params: dict(interface=params["interface"], changed=False))
 

@@ -306,7 +306,7 @@ def prepare(module):
 def main():
     _common.run_module(
         dict(_common.XDP_PROGRAM_ARGS, **_replay.TASK_ARGS), rules=_revisions.module_rules(_bcc.MODULE_RULES),
-        prepare=prepare,
+        names=_common.PROGRAM_NAMES, prepare=prepare,
         libraries=dict(pyroute2=False),
         work=lambda params, check_mode, _module: _replay.converge_task(params, check_mode, XdpHook),
         failure=lambda params: dict(interface=params["interface"], changed=False))

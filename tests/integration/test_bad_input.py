@@ -117,6 +117,36 @@ class Warned(str):
     """Check mode succeeds with this warning: an earlier task of the same play may still create what is missing."""
 
 
+def not_an_interface(name, option="interface"):
+    return ("%s %r is not an interface name: 1 to 15 bytes without '/', ':', whitespace or control characters, and "
+            "not '.' or '..'" % (option, name))
+
+
+def not_netns(name, option="netns"):
+    return ("%s %r is not a network namespace name (a name under /run/netns, as `ip netns list` shows; no '/', not "
+            "'.' or '..', no control characters, at most 255 bytes)" % (option, name))
+
+
+def not_a_map_set(name):
+    return ("shared_maps %r is not a usable map set name: 1 to 64 of letters, digits, '_' and '-', starting with a "
+            "letter or digit" % (name,))
+
+
+def not_absolute(option, path):
+    return ("%s %r is not an absolute path: give it from / (a relative path depends on the directory the module "
+            "runs in)" % (option, path))
+
+
+def climbs(option, path):
+    """path has {placeholders}, filled in by the case (the message is formatted once, like the args)."""
+    return "%s '%s' has a '..' component: give the path it means without one" % (option, path)
+
+
+# An interface name that is an absolute path into a directory the snapshot watches: it once made state absent create
+# <path>.lock there, as root.
+ABSOLUTE_IFNAME = "{objects}/P"
+LONG_IFNAME = "abcdefghijklmnop"  # 16 bytes: IFNAMSIZ with its NUL is 16
+
 # (id, module, args with {rx}/{tx}/{drop}/... placeholders, the message: a string matched in full, or a compiled
 # regex matched against the whole message). A case whose check mode answers differently gives a dict
 # {"check": ..., "run": ...}; a check-mode answer of None succeeds, Warned(...) succeeds with that warning.
@@ -125,8 +155,7 @@ CASES = [
     # xdp_program
     ("xdp-not-elf", "xdp_program", dict(interface="eth0", netns="{rx}", object="/etc/passwd"), NOT_ELF),
     ("xdp-netns-path", "xdp_program", dict(interface="eth0", netns="../../proc/1/ns/net", object="{drop}"),
-     "netns '../../proc/1/ns/net' is not a network namespace name (a name under /run/netns, as `ip netns list` "
-     "shows; no '/', not '.' or '..')"),
+     not_netns("../../proc/1/ns/net")),
     ("xdp-no-netns", "xdp_program", dict(interface="eth0", netns="nosuch-ns-{tag}", object="{drop}"),
      "network namespace 'nosuch-ns-{tag}' does not exist (no /run/netns/nosuch-ns-{tag})"),
     ("xdp-no-interface", "xdp_program", dict(interface="nosuch0", netns="{rx}", object="{drop}"),
@@ -185,7 +214,7 @@ CASES = [
      "checksum 'sha256:abc': a sha256 digest is 64 hex digits, not 'abc'"),
     ("xdp-shared-maps-path", "xdp_program",
      dict(interface="eth0", netns="{rx}", object="{drop}", shared_maps="../x"),
-     "shared_maps '../x' is not a usable name: give one word without '/'"),
+     not_a_map_set("../x")),
     ("xdp-pin-root-not-bpffs", "xdp_program",
      dict(interface="eth0", netns="{rx}", object="{drop}", pin_root="{objects}/pins"),
      "{objects}/pins is not on a BPF filesystem (bpffs); mount it with 'mount -t bpf bpf /sys/fs/bpf' or apply "
@@ -230,9 +259,7 @@ CASES = [
      "max_entries must be a positive number of entries to read from each map, not 0"),
     ("facts-negative-entries", "xdp_facts", dict(netns="{rx}", max_entries=-1),
      "max_entries must be a positive number of entries to read from each map, not -1"),
-    ("facts-netns-path", "xdp_facts", dict(netns="a/b"),
-     "netns 'a/b' is not a network namespace name (a name under /run/netns, as `ip netns list` shows; "
-     "no '/', not '.' or '..')"),
+    ("facts-netns-path", "xdp_facts", dict(netns="a/b"), not_netns("a/b")),
     # xdp_trafficgen
     ("gen-bad-ip", "xdp_trafficgen", dict(interface="eth0", netns="{tx}", src_ip="10.0.0.1", dst_ip="10.0.0.300"),
      "dst_ip '10.0.0.300' is not an IPv4 or IPv6 address"),
@@ -299,8 +326,7 @@ CASES = [
     ("map-value-too-big", "bpf_map_entry", dict(path="{drop_map}", entries=[{"key": 1, "value": 2 ** 70}]),
      "entries[0].value: 1180591620717411303424 is out of range for __u64 (0..18446744073709551615)"),
     ("map-netns-path", "bpf_map_entry", dict(path="{drop_map}", netns="..", entries=[{"key": 1, "value": 1}]),
-     "netns '..' is not a network namespace name (a name under /run/netns, as `ip netns list` shows; "
-     "no '/', not '.' or '..')"),
+     not_netns("..")),
     # devmap_group
     ("group-no-member", "devmap_group",
      dict(netns="{tx}", name="video", shared_maps=SET, members=["nosuch0"]),
@@ -362,6 +388,126 @@ CASES = [
     ("object-no-clang", "bpf_object", dict(src="{broken}", clang="clang-nosuch", cache_dir="{cache}"),
      "clang-nosuch not found; install clang (the ebpf.xdp.toolchain role does)"),
 ]
+# Names that would be paths and paths that are not absolute or climb (issue 37): refused, by option and value,
+# before anything happens, in every module that takes them and in datapath's entries.
+NAMES_AND_PATHS = [
+    # xdp_program
+    ("xdp-interface-absolute-absent", "xdp_program", dict(interface=ABSOLUTE_IFNAME, netns="{rx}", state="absent"),
+     not_an_interface(ABSOLUTE_IFNAME)),
+    ("xdp-interface-dotdot", "xdp_program", dict(interface="..", netns="{rx}", object="{drop}"),
+     not_an_interface("..")),
+    ("xdp-interface-16-bytes", "xdp_program", dict(interface=LONG_IFNAME, netns="{rx}", object="{drop}"),
+     not_an_interface(LONG_IFNAME)),
+    ("xdp-interface-newline", "xdp_program", dict(interface="eth0\nlo", netns="{rx}", object="{drop}"),
+     not_an_interface("eth0\nlo")),
+    ("xdp-netns-newline", "xdp_program", dict(interface="eth0", netns="{rx}\nx", object="{drop}"),
+     not_netns("{rx}\nx")),
+    ("xdp-name-path", "xdp_program", dict(interface="eth0", netns="{rx}", object="{drop}", name="../x"),
+     "name '../x' is not a usable attachment name: 1 to 32 of a-z, 0-9, '_' and '-', starting with a letter or digit"),
+    ("xdp-shared-maps-newline", "xdp_program",
+     dict(interface="eth0", netns="{rx}", object="{drop}", shared_maps="set\nx"), not_a_map_set("set\nx")),
+    ("xdp-pin-root-relative", "xdp_program",
+     dict(interface="eth0", netns="{rx}", object="{drop}", pin_root="relative/dir"),
+     not_absolute("pin_root", "relative/dir")),
+    ("xdp-pin-root-relative-absent", "xdp_program",
+     dict(interface="nosuch0", netns="{rx}", state="absent", pin_root="relative/dir"),
+     not_absolute("pin_root", "relative/dir")),
+    ("xdp-pin-root-dotdot", "xdp_program",
+     dict(interface="eth0", netns="{rx}", object="{drop}", pin_root="{pin_root}/../../x"),
+     climbs("pin_root", "{pin_root}/../../x")),
+    ("xdp-object-store-relative", "xdp_program",
+     dict(interface="eth0", netns="{rx}", object="{drop}", object_store="revisions"),
+     not_absolute("object_store", "revisions")),
+    ("xdp-replay-relative", "xdp_program",
+     dict(interface="eth0", netns="{rx}", object="{drop}", replay="frames.pcap"), not_absolute("replay", "frames.pcap")),
+    # tc_program
+    ("tc-interface-absolute-absent", "tc_program",
+     dict(interface=ABSOLUTE_IFNAME, netns="{rx}", state="absent", direction="egress"),
+     not_an_interface(ABSOLUTE_IFNAME)),
+    ("tc-interface-16-bytes", "tc_program",
+     dict(interface=LONG_IFNAME, netns="{rx}", object="{tc}", program="tc_drop_count"), not_an_interface(LONG_IFNAME)),
+    ("tc-name-path", "tc_program",
+     dict(interface="eth0", netns="{rx}", object="{tc}", program="tc_drop_count", name="/x"),
+     "name '/x' is not a usable attachment name: 1 to 32 of a-z, 0-9, '_' and '-', starting with a letter or digit"),
+    ("tc-pin-root-relative", "tc_program",
+     dict(interface="eth0", netns="{rx}", object="{tc}", program="tc_drop_count", pin_root="pins"),
+     not_absolute("pin_root", "pins")),
+    ("tc-object-store-dotdot", "tc_program",
+     dict(interface="eth0", netns="{rx}", object="{tc}", program="tc_drop_count", object_store="{objects}/../r"),
+     climbs("object_store", "{objects}/../r")),
+    # devmap_group
+    ("group-member-path", "devmap_group", dict(netns="{tx}", name="video", shared_maps=SET, members=["eth0", "../x"]),
+     not_an_interface("../x", "members[1]")),
+    ("group-member-16-bytes", "devmap_group",
+     dict(netns="{tx}", name="video", shared_maps=SET, members=[LONG_IFNAME]),
+     not_an_interface(LONG_IFNAME, "members[0]")),
+    ("group-name-newline", "devmap_group", dict(netns="{tx}", name="video\nx", shared_maps=SET, members=["eth0"]),
+     "name 'video\\nx' is not a usable group name: 1 to 64 characters without control characters"),
+    ("group-set-dotdot", "devmap_group", dict(netns="{tx}", name="video", shared_maps="..", members=["eth0"]),
+     not_a_map_set("..")),
+    ("group-pin-root-relative", "devmap_group",
+     dict(netns="{tx}", name="video", shared_maps=SET, members=["eth0"], pin_root="x"), not_absolute("pin_root", "x")),
+    # bpf_map_entry
+    ("map-netns-newline", "bpf_map_entry", dict(path="{drop_map}", netns="x\ny", entries=[{"key": 1, "value": 1}]),
+     not_netns("x\ny")),
+    # xdp_facts
+    ("facts-interface-path", "xdp_facts", dict(netns="{rx}", interfaces=["eth0", "../../etc"]),
+     not_an_interface("../../etc", "interfaces[1]")),
+    ("facts-pin-root-relative", "xdp_facts", dict(netns="{rx}", pin_root="relative/dir"),
+     not_absolute("pin_root", "relative/dir")),
+    ("facts-pin-root-dotdot", "xdp_facts", dict(netns="{rx}", pin_root="/sys/fs/bpf/../../etc"),
+     climbs("pin_root", "/sys/fs/bpf/../../etc")),
+    # datapath: the task's options and each entry's, as its module checks them
+    ("datapath-interface-absolute", "datapath",
+     dict(config={"xdp": [dict(interface=ABSOLUTE_IFNAME, netns="{rx}", state="absent")]}),
+     "config.xdp[0]: " + not_an_interface(ABSOLUTE_IFNAME)),
+    ("datapath-tc-16-bytes", "datapath",
+     dict(config={"tc": [dict(interface=LONG_IFNAME, netns="{rx}", object="{tc}", program="tc_drop_count")]}),
+     "config.tc[0]: " + not_an_interface(LONG_IFNAME)),
+    ("datapath-member-newline", "datapath",
+     dict(config={"devmap_groups": [dict(netns="{tx}", name="video", shared_maps=SET, members=["eth0\n"])]}),
+     "config.devmap_groups[0]: " + not_an_interface("eth0\n", "members[0]")),
+    ("datapath-map-netns-dotdot", "datapath",
+     dict(config={"map_entries": [dict(path="{drop_map}", netns="..", entries=[{"key": 1, "value": 1}])]}),
+     "config.map_entries[0]: " + not_netns("..")),
+    ("datapath-object-cache-relative", "datapath",
+     dict(config={"objects": [dict(src="{broken}", dest="{objects}/broken.o", cache_dir="cache")]}),
+     "config.objects[0]: " + not_absolute("cache_dir", "cache")),
+    ("datapath-namespaces-dotdot", "datapath", dict(namespaces=["{rx}", ".."]), not_netns("..", "namespaces[1]")),
+    ("datapath-pin-root-relative", "datapath", dict(config={}, pin_root="relative/dir"),
+     not_absolute("pin_root", "relative/dir")),
+    ("datapath-facts-interface-absolute", "datapath", dict(config={}, facts_before=dict(interfaces=["/etc/x"])),
+     not_an_interface("/etc/x", "facts_before.interfaces[0]")),
+    # replay
+    ("replay-pcap-relative", "replay", dict(interface="eth0", netns="{rx}", pcap="frames.pcap", object="{drop}"),
+     not_absolute("pcap", "frames.pcap")),
+    ("replay-interface-dotdot", "replay", dict(interface="..", netns="{rx}", pcap="{pcap}", object="{drop}"),
+     not_an_interface("..")),
+    ("replay-object-store-relative", "replay",
+     dict(interface="eth0", netns="{rx}", pcap="{pcap}", object="{drop}", object_store="store"),
+     not_absolute("object_store", "store")),
+    # capture
+    ("capture-path-relative", "capture", dict(interface="eth0", netns="{rx}", path="frames.pcap", count=1),
+     not_absolute("path", "frames.pcap")),
+    ("capture-path-dotdot", "capture", dict(interface="eth0", netns="{rx}", path="{objects}/../x.pcap", count=1),
+     climbs("path", "{objects}/../x.pcap")),
+    ("capture-interface-absolute", "capture", dict(interface=ABSOLUTE_IFNAME, netns="{rx}", path="{objects}/x.pcap"),
+     not_an_interface(ABSOLUTE_IFNAME)),
+    # bpf_object
+    ("object-cache-relative", "bpf_object", dict(src="{broken}", cache_dir="cache"), not_absolute("cache_dir", "cache")),
+    ("object-cache-dotdot", "bpf_object", dict(src="{broken}", cache_dir="{cache}/../c"),
+     climbs("cache_dir", "{cache}/../c")),
+    # the generators and netfilter_drop: the interface is a path component of /proc/net/pktgen, or an argv
+    ("pktgen-interface-path", "pktgen",
+     dict(interface="../pgctrl", netns="{tx}", dst_ip="10.0.0.2", dst_mac="02:00:00:00:00:01", count=10),
+     not_an_interface("../pgctrl")),
+    ("gen-interface-newline", "xdp_trafficgen",
+     dict(interface="eth0\n", netns="{tx}", src_ip="10.0.0.1", dst_ip="10.0.0.2", count=1),
+     not_an_interface("eth0\n")),
+    ("netfilter-netns-dotdot", "netfilter_drop", dict(interface="eth0", netns="..", backend="nftables"),
+     not_netns("..")),
+]
+CASES += NAMES_AND_PATHS
 if not kernel_features.features()["pktgen"]:  # bad input only where the kernel cannot do it
     CASES.append(
         ("pktgen-no-pktgen", "pktgen",
@@ -480,5 +626,13 @@ def test_a_failing_datapath_entry_says_what_it_put_back(host, outcomes):
 def test_the_matrix_covers_every_module():
     modules = {module for _name, module, _args, _message in CASES}
     assert modules == {"bpf_object", "xdp_program", "tc_program", "xdp_facts", "xdp_trafficgen", "pktgen",
-                       "bpf_map_entry", "devmap_group", "datapath", "replay"}
+                       "bpf_map_entry", "devmap_group", "datapath", "replay", "capture", "netfilter_drop"}
     assert len(CASES) >= 30
+
+
+def test_names_and_paths_are_refused_in_every_module_that_takes_them():
+    """Each module whose options name an interface, a namespace or a root has a case of its own (issue 37)."""
+    modules = {module for _name, module, _args, _message in NAMES_AND_PATHS}
+    assert modules == {"bpf_object", "xdp_program", "tc_program", "xdp_facts", "xdp_trafficgen", "pktgen",
+                       "bpf_map_entry", "devmap_group", "datapath", "replay", "capture", "netfilter_drop"}
+    assert len(NAMES_AND_PATHS) == 45

@@ -48,11 +48,10 @@ import fcntl
 import glob
 import json
 import os
-import re
 import shutil
 from typing import Iterator
 
-from ansible_collections.ebpf.xdp.plugins.module_utils.host import files as _files, session as _session
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import files as _files, names as _names, session as _session
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
@@ -81,8 +80,8 @@ def filesystem_magic(path: str) -> int:
 
 def check_bpffs(pin_root: str) -> None:
     """Fail unless pin_root is (or would be created) on a bpffs mount."""
-    probe = pin_root
-    while not os.path.exists(probe):
+    probe = _names.check_absolute(pin_root, "pin_root")  # a relative one never reaches / below
+    while not os.path.exists(probe) and probe != "/":
         probe = os.path.dirname(probe)
     if filesystem_magic(probe) != BPF_FS_MAGIC:
         raise PinError(
@@ -97,15 +96,14 @@ ATTACHMENT_DIRS = tuple(name for names in HOOK_DIRS.values() for name in names)
 
 
 # What names one of several attachments on a hook (option name), and what joins it to the hook's directory.
-ATTACHMENT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+ATTACHMENT_NAME = _names.ATTACHMENT_NAME
 NAMED = "@"
 
 
 def check_attachment_name(name: str) -> None:
-    """A name an attachment directory can carry (see the module docstring); PinError saying what is allowed."""
-    if not isinstance(name, str) or not ATTACHMENT_NAME.match(name):
-        raise PinError("name %r is not a usable attachment name: 1 to 32 of a-z, 0-9, '_' and '-', starting with a "
-                       "letter or digit" % (name,))
+    """A name an attachment directory can carry (see the module docstring); BadNameError saying what is
+    allowed."""
+    _names.check_attachment(name)
 
 
 def hook_dir(kind: str, direction: str | None = None, name: str | None = None) -> str:
@@ -123,7 +121,7 @@ def split_hook_dir(directory: str) -> tuple[str, str | None]:
 def hook_kind(directory: str) -> str | None:
     """The kind of hook an attachment directory is of (named or not); None for any other directory."""
     hook, name = split_hook_dir(directory)
-    if name is not None and not ATTACHMENT_NAME.match(name):
+    if name is not None and not ATTACHMENT_NAME.fullmatch(name):
         return None
     return next((kind for kind, names in HOOK_DIRS.items() if hook in names), None)
 
@@ -140,17 +138,15 @@ def hook_attachments(pin_root: str, interface_dir: str, hook: str) -> dict[str |
 
 
 def attachment_dir(pin_root: str, netns_key: str, ifname: str, hook: str) -> str:
-    return os.path.join(pin_root, netns_key, ifname, hook)
+    return _names.join_under(pin_root, netns_key, _names.check_interface(ifname), hook)
 
 
 SHARED_MAPS = "shared_maps"
 
 
 def shared_maps_dir(pin_root: str, netns_key: str, name: str) -> str:
-    """Where the map set `name` is pinned; the name must be one path component."""
-    if not name or "/" in name or name in (".", ".."):
-        raise PinError("shared_maps %r is not a usable name: give one word without '/'" % name)
-    return os.path.join(pin_root, netns_key, SHARED_MAPS, name)
+    """Where the map set `name` is pinned (BadNameError for a name that is no map set's)."""
+    return _names.join_under(pin_root, netns_key, SHARED_MAPS, _names.check_map_set(name))
 
 
 def shared_maps_users(pin_root: str, netns_key: str, name: str) -> list[str]:
@@ -348,10 +344,10 @@ def prune_empty(path: str, stop: str) -> None:
 @contextlib.contextmanager
 def lock(netns_key: str, name: str) -> Iterator[None]:
     """Serialise changes to one thing (an interface, a group) across concurrent module runs."""
-    directory = os.path.join(LOCK_DIR, netns_key)
+    path = _names.join_under(LOCK_DIR, netns_key, name + ".lock")
     # Root's only, like the pins: whoever can open a lock can hold it and stall every run; and never opened
     # through a link (O_NOFOLLOW, in a directory checked to be root's alone: host/files).
-    with os.fdopen(_files.open_lock(os.path.join(directory, name + ".lock")), "w") as handle:
+    with os.fdopen(_files.open_lock(path), "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         # What the session read before the lock, another run may have changed since: read it again.
         _session.wrote()

@@ -51,7 +51,7 @@ from typing import Iterator
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf.compile import sha256_file
-from ansible_collections.ebpf.xdp.plugins.module_utils.host import files as _files
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import files as _files, names as _names
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 DEFAULT_OBJECT_STORE = "/var/lib/ebpf_xdp/revisions"
@@ -220,10 +220,10 @@ class ObjectStore:
         self.directory = directory
 
     def path(self, digest: str) -> str:
-        return os.path.join(self.directory, digest + ".o")
+        return _names.join_under(self.directory, _checked_digest(digest) + ".o")
 
     def _refs(self, digest: str) -> str:
-        return os.path.join(self.directory, digest + ".refs")
+        return _names.join_under(self.directory, _checked_digest(digest) + ".refs")
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -336,9 +336,21 @@ class ObjectStore:
         return sorted(n[:-2] for n in os.listdir(self.directory) if is_digest_object(n))
 
 
+def is_digest(value) -> bool:
+    """A sha256 digest as the store names objects by it: 64 lowercase hex digits."""
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
+def _checked_digest(digest) -> str:
+    if not is_digest(digest):
+        raise RevisionError("%r is not a sha256 digest (64 lowercase hex digits): the object store names objects "
+                            "by their digest and nothing else" % (digest,))
+    return digest
+
+
 def is_digest_object(name: str) -> bool:
     """<64 hex digits>.o: an object the store keeps."""
-    return len(name) == 66 and name.endswith(".o") and all(c in "0123456789abcdef" for c in name[:64])
+    return len(name) == 66 and name.endswith(".o") and is_digest(name[:64])
 
 
 def _ref_name(owner: str) -> str:

@@ -27,9 +27,9 @@ import socket
 from typing import Iterator
 
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
-from ansible_collections.ebpf.xdp.plugins.module_utils.host import session as _session
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import names as _names, session as _session
 
-NETNS_RUN_DIR = "/run/netns"
+NETNS_RUN_DIR = _names.NETNS_RUN_DIR
 CLONE_NEWNET = 0x40000000
 
 
@@ -45,20 +45,10 @@ def _setns(fd: int) -> None:
     _session.moved()
 
 
-class BadNameError(EbpfXdpError):
-    """A namespace name that is a path rather than a name."""
-
-
 def check_name(name: str) -> None:
-    """Refuse a namespace name that would reach outside /run/netns (or into another pin directory).
-
-    A name is what `ip netns add` accepts: one path component, neither "." nor
-    "..". Without this, "../../proc/1/ns/net" is opened as a path and the
-    pin directory named after it escapes pin_root.
-    """
-    if "/" in name or name in (".", "..") or "\0" in name:
-        raise BadNameError("netns %r is not a network namespace name (a name under %s, as `ip netns list` shows; "
-                           "no '/', not '.' or '..')" % (name, NETNS_RUN_DIR))
+    """Refuse a namespace name that would reach outside /run/netns (or into another pin directory): without
+    this, "../../proc/1/ns/net" is opened as a path and the pin directory named after it escapes pin_root."""
+    _names.check_netns(name)
 
 
 @contextlib.contextmanager
@@ -118,7 +108,7 @@ def ifindex(ifname: str) -> int:
     """The index of ifname in the current network namespace."""
     try:
         return socket.if_nametoindex(ifname)
-    except OSError:  # "no interface with this name", without an errno
+    except (OSError, ValueError):  # "no interface with this name", without an errno; ValueError: a NUL in it
         raise NotFoundError("interface %r does not exist in this network namespace" % ifname)
 
 

@@ -5,6 +5,7 @@ import struct
 import pytest
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import names as _names
 from ansible_collections.ebpf.xdp.plugins.module_utils.maps import devmap as _devmap
 from ansible_collections.ebpf.xdp.plugins.module_utils.maps.devmap import GroupError
 
@@ -94,8 +95,8 @@ def test_describe_an_absent_group():
     assert _devmap.describe(None, None, None, set(), 0, None) == {"present": False}
 
 
-@pytest.mark.parametrize("name", ["", "a/b", ".", ".."])
+@pytest.mark.parametrize("name", ["", "a/b", ".", "..", "a.b", "a\n"])
 def test_a_map_set_name_is_one_path_component(name):
-    with pytest.raises(_pins.PinError, match="not a usable name"):
+    with pytest.raises(_names.BadNameError, match="is not a usable map set name"):
         _pins.shared_maps_dir("/sys/fs/bpf/x", "host", name)
     assert _pins.shared_maps_dir("/sys/fs/bpf/x", "host", "multicast") == "/sys/fs/bpf/x/host/shared_maps/multicast"

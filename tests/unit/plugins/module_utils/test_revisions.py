@@ -81,30 +81,37 @@ def test_module_rules_let_revision_stand_for_the_object():
     assert rules["mutually_exclusive"] == [("object", "source")]
 
 
+# Digests as the store names objects (a record's digest is a path component there: nothing else is taken).
+A, B, C, Z = ("%s" % c * 64 for c in "abcf")
+
+
 def test_rollback_params_take_the_revision_and_its_placement(tmp_path):
     store = tmp_path / "objects"
     store.mkdir()
-    (store / "a.o").write_bytes(b"x")
-    kept = dict(identity("a", requested_mode="generic", constants={"k": 1}), revision=1)
+    (store / (A + ".o")).write_bytes(b"x")
+    kept = dict(identity(A, requested_mode="generic", constants={"k": 1}), revision=1)
     params = dict(state="present", revision="previous", mode="auto", object_store=str(store))
-    out = rollback_params(params, record("b", revision=2, previous=kept), "eth0")
-    assert out["object"] == "/o/prog.o" and out["object_source"] == str(store / "a.o")
+    out = rollback_params(params, record(B, revision=2, previous=kept), "eth0")
+    assert out["object"] == "/o/prog.o" and out["object_source"] == str(store / (A + ".o"))
     assert out["mode"] == "generic" and out["constants"] == {"k": 1}
     assert out["program"] is None and out["section"] is None
     # A program chosen by its section is chosen so again (its hook types it again when it loads).
-    (store / "s.o").write_bytes(b"y")
-    by_section = dict(identity("s", section="xdp1"), revision=1)
-    out = rollback_params(params, record("b", revision=2, previous=by_section), "eth0")
-    assert out["section"] == "xdp1" and out["program"] is None and out["object_source"] == str(store / "s.o")
-    rolled = dict(record("a", revision=1), rolled_back=True, previous=record("b"))
-    assert rollback_params(params, rolled, "eth0")["object_source"] == str(store / "a.o"), "after a rollback: itself"
+    S = "e" * 64
+    (store / (S + ".o")).write_bytes(b"y")
+    by_section = dict(identity(S, section="xdp1"), revision=1)
+    out = rollback_params(params, record(B, revision=2, previous=by_section), "eth0")
+    assert out["section"] == "xdp1" and out["program"] is None and out["object_source"] == str(store / (S + ".o"))
+    rolled = dict(record(A, revision=1), rolled_back=True, previous=record(B))
+    assert rollback_params(params, rolled, "eth0")["object_source"] == str(store / (A + ".o")), "after a rollback: itself"
     assert rollback_params(dict(params, revision="current"), None, "eth0")["revision"] == "current"
     with pytest.raises(RevisionError, match="no previous revision is kept"):
-        rollback_params(params, record("b", revision=2), "eth0")
+        rollback_params(params, record(B, revision=2), "eth0")
     with pytest.raises(RevisionError, match="no program attached"):
         rollback_params(params, None, "eth0")
     with pytest.raises(RevisionError, match="not in the object store"):
-        rollback_params(params, record("c", previous=dict(identity("z"), revision=1)), "eth0")
+        rollback_params(params, record(C, previous=dict(identity(Z), revision=1)), "eth0")
+    with pytest.raises(RevisionError, match=r"^'\.\./\.\./etc/x' is not a sha256 digest"):
+        rollback_params(params, record(C, previous=dict(identity("../../etc/x"), revision=1)), "eth0")
 
 
 def test_store_keeps_by_digest_and_collects_what_no_record_references(tmp_path):

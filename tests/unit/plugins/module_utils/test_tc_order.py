@@ -5,6 +5,7 @@ import pytest
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _datapath
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import names as _names
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import (
     revisions as _revisions, tc as _tc, tc_hooks as _tc_hooks)
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.converge import MOVE, REATTACH, UPDATE_LINK, plan_swap
@@ -25,7 +26,7 @@ def test_usable_names(name):
 
 @pytest.mark.parametrize("name", ["", "Web", "a.b", "a/b", "a@b", "-a", "_a", "x" * 33, "é", 7, None])
 def test_unusable_names_say_what_is_allowed(name):
-    with pytest.raises(_pins.PinError, match="is not a usable attachment name: 1 to 32 of a-z, 0-9, '_' and '-'"):
+    with pytest.raises(_names.BadNameError, match="is not a usable attachment name: 1 to 32 of a-z, 0-9, '_' and '-'"):
         _pins.check_attachment_name(name)
 
 

@@ -246,7 +246,7 @@ def test_shared_maps_rhythm_and_a_bad_set_name(run_distro, mcast_obj, pin_root):
         # No program named: the object's devmap egress program is no candidate, xdp_multicast is the one.
         args = dict(interface="p0", netns=ports.sw, object=mcast_obj, mode="generic", shared_maps=SET)
         bad = run_distro("xdp_program", dict(args, shared_maps="a/b"))
-        assert bad.get("failed") and "shared_maps 'a/b' is not a usable name" in bad["msg"], bad
+        assert bad.get("failed") and "shared_maps 'a/b' is not a usable map set name" in bad["msg"], bad
         assert not os.path.exists(os.path.join(pin_root, ports.sw))
         first, _second = assert_rhythm(run_distro, "xdp_program", args)
         assert first["name"] == "xdp_multicast"

@@ -298,7 +298,7 @@ def test_through_ansible(pair):
     (dict(interface="nosuch0"), "interface 'nosuch0' does not exist in this network namespace"),
     (dict(netns="nosuch-ns"), "network namespace 'nosuch-ns' does not exist (no /run/netns/nosuch-ns)"),
     (dict(netns="../nosuch"), "netns '../nosuch' is not a network namespace name (a name under /run/netns, as `ip "
-                              "netns list` shows; no '/', not '.' or '..')"),
+                              "netns list` shows; no '/', not '.' or '..', no control characters, at most 255 bytes)"),
     (dict(backend="bpfilter"), "value of backend must be one of: iptables, nftables, got: bpfilter"),
     (dict(backend=None), "missing required arguments: backend"),
     (dict(interface=None), "missing required arguments: interface"),

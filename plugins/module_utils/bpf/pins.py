@@ -182,6 +182,40 @@ def release_shared_maps(pin_root: str, netns_key: str, name: str) -> bool:
     return True
 
 
+# Where a record holds an object's digest (the object store names files by it): its own revision's, the previous
+# revision's, a devmap group's egress program's.
+DIGEST_PLACES = ((), ("previous",), ("egress",))
+
+
+def check_record(record, path: str) -> dict:
+    """record, when this collection wrote it (managed_by), in a version it reads, with digests that are digests
+    (a record's digest becomes a file name in the object store); else PinError saying which and what to do."""
+    if not isinstance(record, dict) or record.get("managed_by") != MANAGED_BY:
+        raise PinError("ownership record %s was not written by %s (managed_by %r): the program there is not this "
+                       "collection's; remove the record by hand if it should be"
+                       % (path, MANAGED_BY, record.get("managed_by") if isinstance(record, dict) else record))
+    version = record.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= RECORD_VERSION:
+        raise PinError("ownership record %s has version %r; this collection reads version 1 to %d (a newer "
+                       "ebpf.xdp wrote it? use that one)" % (path, version, RECORD_VERSION))
+    for place in DIGEST_PLACES:
+        holder = record
+        for key in place:
+            holder = holder.get(key) if isinstance(holder, dict) else None
+        if holder is None:
+            continue
+        if not isinstance(holder, dict) or not _is_digest_or_none(holder.get("object_sha256")):
+            raise PinError("ownership record %s: %s %r is not a sha256 digest (64 lowercase hex digits); it was not "
+                           "written by this collection, remove it by hand"
+                           % (path, ".".join(place + ("object_sha256",)),
+                              holder.get("object_sha256") if isinstance(holder, dict) else holder))
+    return record
+
+
+def _is_digest_or_none(value) -> bool:
+    return value is None or (isinstance(value, str) and len(value) == 64 and not value.strip("0123456789abcdef"))
+
+
 class Record:
     """An ownership record pinned at one path: a dict, stored as JSON in a one-entry array."""
 
@@ -192,16 +226,18 @@ class Record:
         return os.path.exists(self.path)
 
     def read(self) -> dict | None:
-        """The record, or None when there is none."""
+        """The record, or None when there is none; PinError for one this collection did not write (see
+        check_record)."""
         raw = _bpf.pinned_value(self.path, b"\0\0\0\0", RECORD_SIZE)
         if raw is None:
             return None
         try:
             # Up to the first NUL (JSON has none): bytes.rstrip(b"\0") over the 4 KiB value takes 17 us, and the
             # exporter reads a record per program on every scrape.
-            return json.loads(raw.split(b"\0", 1)[0].decode("utf-8"))
+            record = json.loads(raw.split(b"\0", 1)[0].decode("utf-8"))
         except ValueError:
             raise PinError("ownership record %s is not readable JSON" % self.path)
+        return check_record(record, self.path)
 
     @staticmethod
     def encode(record: dict) -> bytes:

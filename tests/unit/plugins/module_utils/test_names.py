@@ -227,3 +227,61 @@ def test_check_names_accepts_or_raises_a_clear_error(params):
     except EbpfXdpError as exc:
         assert isinstance(exc, _names.BadNameError), exc
         assert " is not a" in str(exc) or " has a '..' component" in str(exc), exc
+
+
+# ---------------------------------------------------------------- ownership records (bpf/pins.check_record)
+
+DIGEST = "ab" * 32
+GOOD_RECORD = {"managed_by": "ebpf.xdp", "version": 1, "object_sha256": DIGEST,
+               "previous": {"object_sha256": "cd" * 32, "revision": 1}}
+
+
+def test_a_record_of_ours_is_read_as_written():
+    assert _pins.check_record(dict(GOOD_RECORD), "/p/owner") == GOOD_RECORD
+    assert _pins.check_record(dict(GOOD_RECORD, object_sha256=None, previous=None), "/p/owner")["previous"] is None
+    assert _pins.check_record({"managed_by": "ebpf.xdp", "version": 1, "egress": {"object_sha256": DIGEST}}, "/g")
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(managed_by="other-tool"), "ownership record /p/owner was not written by ebpf.xdp (managed_by 'other-tool'): "
+                                    "the program there is not this collection's; remove the record by hand if it "
+                                    "should be"),
+    (dict(managed_by=None), "ownership record /p/owner was not written by ebpf.xdp (managed_by None)"),
+    (dict(version=2), "ownership record /p/owner has version 2; this collection reads version 1 to 1 (a newer "
+                      "ebpf.xdp wrote it? use that one)"),
+    (dict(version="1"), "ownership record /p/owner has version '1'"),
+    (dict(version=True), "ownership record /p/owner has version True"),
+    (dict(object_sha256="../../etc/passwd"), "ownership record /p/owner: object_sha256 '../../etc/passwd' is not a "
+                                             "sha256 digest (64 lowercase hex digits); it was not written by this "
+                                             "collection, remove it by hand"),
+    (dict(object_sha256=DIGEST.upper()), "ownership record /p/owner: object_sha256 '%s' is not" % DIGEST.upper()),
+    (dict(previous={"object_sha256": "/etc/x"}), "ownership record /p/owner: previous.object_sha256 '/etc/x' is not"),
+    (dict(previous="x"), "ownership record /p/owner: previous.object_sha256 'x' is not a sha256 digest"),
+])
+def test_a_record_we_did_not_write_is_refused_before_use(change, message):
+    with pytest.raises(_pins.PinError) as caught:
+        _pins.check_record(dict(GOOD_RECORD, **change), "/p/owner")
+    assert str(caught.value).startswith(message), caught.value
+
+
+JSON = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), ANY_TEXT),
+                    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=5), inner,
+                                                                                         max_size=3)), max_leaves=8)
+
+
+@PROPERTY
+@given(record=st.one_of(JSON, st.fixed_dictionaries(
+    {"managed_by": st.sampled_from(["ebpf.xdp", "other"]), "version": st.one_of(st.sampled_from([0, 1, 2]), JSON)},
+    optional={"object_sha256": st.one_of(st.sampled_from([DIGEST, None, "../x"]), JSON),
+              "previous": st.one_of(st.none(), JSON, st.fixed_dictionaries({"object_sha256": ANY_TEXT})),
+              "egress": JSON})))
+def test_any_json_is_a_record_with_usable_digests_or_a_clear_error(record):
+    try:
+        checked = _pins.check_record(record, "/p/owner")
+    except _pins.PinError as exc:
+        assert str(exc).startswith(("ownership record /p/owner ", "ownership record /p/owner: ")), exc
+        return
+    assert checked["managed_by"] == "ebpf.xdp" and checked["version"] == 1
+    for holder in (checked, checked.get("previous"), checked.get("egress")):
+        digest = (holder or {}).get("object_sha256")
+        assert digest is None or _names.join_under("/store", digest + ".o") == "/store/%s.o" % digest

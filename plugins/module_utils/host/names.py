@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
@@ -140,7 +141,17 @@ def join_under(root: str, *parts: str) -> str:
     if not all(_component(part) for part in parts):
         raise OutsideRootError("%s is not a path under %s: each of %r must be one path component (no '/', not '.' "
                                "or '..')" % (os.path.join(root, *(str(p) for p in parts)), root, parts))
-    return check_under(root, os.path.join(root, *parts))
+    # Each part is one component, so only a link among them can lead out: resolve the whole path (realpath costs
+    # ~10 lstat calls, and the exporter builds a path per program per scrape) only when one of them is a link.
+    path = root
+    for part in parts:
+        path = os.path.join(path, part)
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                return check_under(root, os.path.join(root, *parts))
+        except FileNotFoundError:
+            break  # what does not exist yet is made as a directory or file, not a link
+    return os.path.join(root, *parts)
 
 
 def check_under(root: str, path: str) -> str:

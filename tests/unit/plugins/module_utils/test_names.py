@@ -105,6 +105,11 @@ def test_a_path_under_a_root_stays_there_after_links(tmp_path):
     assert _names.join_under(str(root), "ns", "eth0") == str(root / "ns" / "eth0")
     with pytest.raises(_names.OutsideRootError, match="resolves to %s/x, outside %s" % (tmp_path, root)):
         _names.join_under(str(root), "ns", "out", "x")
+    (root / "ns" / "eth1").symlink_to("/etc")
+    with pytest.raises(_names.OutsideRootError, match="resolves to /etc, outside"):
+        _names.join_under(str(root), "ns", "eth1")
+    (root / "ns" / "in").symlink_to(root / "ns")
+    assert _names.join_under(str(root), "ns", "in", "x") == str(root / "ns" / "in" / "x")
     for parts in (("..", "x"), ("/etc", "x"), ("a/b",), ("",)):
         with pytest.raises(_names.OutsideRootError, match="must be one path component"):
             _names.join_under(str(root), *parts)

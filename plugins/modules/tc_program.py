@@ -163,6 +163,14 @@ EXAMPLES = r"""
     constants:
       redirect_ifindex: {ifindex: eth1}
 
+- name: The bpf_redirect commit's own tcbpf1_kern.o, by its section, as `tc ... bpf da obj F sec redirect_xmit`
+  ebpf.xdp.tc_program:
+    interface: eth0
+    object: /var/lib/ebpf_xdp/objects/tcbpf1_kern.o
+    section: redirect_xmit
+    constants:
+      redirect_ifindex: {ifindex: eth1}
+
 - name: Count (and pass) what leaves eth1, per IP protocol
   ebpf.xdp.tc_program:
     interface: eth1
@@ -332,12 +340,13 @@ revision:
     - The revision attached after the task (in check mode, the one that would be), or null when none is.
     - C(number) counts the programs put on this hook (1 for the first; a rollback brings back the old number);
       C(object) is the path it was attached from and C(object_sha256) its digest (the copy in O(object_store));
-      C(program) the function name; C(constants) as the task gave them; C(method) where it runs;
+      C(program) the function name; C(section) the section the task chose it by (O(section)), else null;
+      C(constants) as the task gave them; C(method) where it runs;
       C(rolled_back) is true when O(revision=previous) put it back.
   returned: always
   type: dict
   sample: {number: 3, object: /var/lib/ebpf_xdp/prog.o, object_sha256: 5d5b09f6dcb2d53a5fffc60c4ac0d55fabdf556069d6631545f42aa6e3500f2e,
-           program: xdp_drop_count, constants: {}, method: tcx, rolled_back: false}
+           program: xdp_drop_count, section: null, constants: {}, method: tcx, rolled_back: false}
 previous_revision:
   description:
     - The revision kept before the current one (what O(revision=previous) would put back; after a rollback, the
@@ -345,7 +354,7 @@ previous_revision:
   returned: always
   type: dict
   sample: {number: 2, object: /var/lib/ebpf_xdp/prog.o, object_sha256: 0b5e2c6f1e3d44d6b8f6a4f7c1d2e3f405162738495a6b7c8d9e0f1a2b3c4d5e,
-           program: xdp_drop_count, constants: {}, method: tcx, rolled_back: false}
+           program: xdp_drop_count, section: null, constants: {}, method: tcx, rolled_back: false}
 verifier_log_tail:
   description: Last lines of the verifier log when the kernel rejected the program.
   returned: on verifier rejection

@@ -180,8 +180,9 @@ ansible_facts:
               C(max_entries), and when decoded the keys below), C(counters) (map name to key to total, for maps
               of 64-bit values under integer keys), C(protocols) (for
               C(proto_count) maps), C(rates) and C(protocol_rates) (with O(rate_interval)), and for
-              programs attached by this collection C(object), C(object_sha256), C(program) and
-              C(constants); C(attach) (V(link) or V(netlink)) and C(link_id) say how it is held.
+              programs attached by this collection C(object), C(object_sha256), C(program) (the function
+              loaded) and C(constants), and C(section) when the task chose the program by its section
+              (O(ebpf.xdp.xdp_program#module:section)); C(attach) (V(link) or V(netlink)) and C(link_id) say how it is held.
               Programs attached by this collection also have C(revision) and C(previous_revision), as
               RV(ebpf.xdp.xdp_program#module:revision) describes (the revision attached, the one kept to put back).
               Programs loaded with C(backend=bcc) (see M(ebpf.xdp.xdp_program)) add C(backend) (V(bcc)),

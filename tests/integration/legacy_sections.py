@@ -103,7 +103,28 @@ int socket_all(struct __sk_buff *skb)
 char _license[] SEC("license") = "GPL";
 """
 
-SOURCES = {"legacy_tc": LEGACY_TC, "legacy_xdp": LEGACY_XDP, "mixed": MIXED}
+# Untyped XDP programs, one whose section says it takes multi-buffer frames (as SEC("xdp.frags") does).
+FRAGS = r"""
+// SPDX-License-Identifier: GPL-2.0-only
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+SEC("xdp_frags")
+int pass_frags(struct xdp_md *ctx)
+{
+    return XDP_PASS;
+}
+
+SEC("xdp_pass")
+int pass_linear(struct xdp_md *ctx)
+{
+    return XDP_PASS;
+}
+
+char _license[] SEC("license") = "GPL";
+"""
+
+SOURCES = {"legacy_tc": LEGACY_TC, "legacy_xdp": LEGACY_XDP, "mixed": MIXED, "frags": FRAGS}
 
 
 def compile_legacy(directory, name):

@@ -363,7 +363,7 @@ CASES = [
      "config.tc[0]: parameters are mutually exclusive: program|section"),
     ("datapath-entry-section-of-another-type", "datapath",
      dict(config={"tc": [dict(interface="eth0", netns="{rx}", object="{mixed}", section="socket",
-                              method="cls_bpf")]}),
+                              method="cls_bpf", direction="egress")]}),
      "config.tc[0]: program 'socket_all' in {mixed} is a socket_filter program, not sched_cls; tc classifier "
      "programs are in SEC(\"tc\"), or in a section that names no program type (this one is in SEC(\"socket\"))"),
     ("datapath-entry-pin-root", "datapath",

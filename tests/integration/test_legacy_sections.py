@@ -25,7 +25,7 @@ BY_SECTION = {"section": "redirect_xmit"}
 @pytest.fixture(scope="module")
 def objects(tmp_path_factory):
     directory = tmp_path_factory.mktemp("legacy")
-    return {name: compile_legacy(directory, name) for name in ("legacy_tc", "legacy_xdp", "mixed")}
+    return {name: compile_legacy(directory, name) for name in ("legacy_tc", "legacy_xdp", "mixed", "frags")}
 
 
 def facts(run, netns, ifname):
@@ -95,6 +95,21 @@ def test_xdp_program_in_a_legacy_section(run, pair, objects, mode, section, prog
     assert pair.ip_in_receives() - received == (100 if verdict == "pass" else 0)
 
 
+def test_a_section_that_says_frags_takes_multi_buffer_frames(run_distro, pair, objects):
+    """veth refuses native XDP when its peer's MTU is more than a page, unless the program takes multi-buffer
+    frames: the untyped program whose section says frags is attached, its twin without it refused (nothing left)."""
+    for ns in (pair.tx, pair.rx):
+        sh("ip", "-n", ns, "link", "set", "dev", "eth0", "mtu", "9000")
+    args = dict(interface="eth0", netns=pair.rx, object=objects["frags"], mode="native")
+    first, _second = assert_rhythm(run_distro, "xdp_program", dict(args, section="xdp_frags"))
+    assert first["name"] == "pass_frags" and pair.xdp_prog_id() == first["id"], first
+    assert run_distro("xdp_program", dict(args, state="absent"))["changed"]
+    res = run_distro("xdp_program", dict(args, section="xdp_pass"))
+    # veth's own words ("Peer MTU is too large to set XDP") come only with netlink's extack; a link says ERANGE.
+    assert res.get("failed") and res["errno"] == 34, res
+    assert pair.xdp_prog_id() is None
+
+
 def test_two_programs_in_one_section_by_function_name(run_distro, pair, objects):
     """A section holding two programs: each is still attached by its function name, and the section alone is
     refused with both named (the host unchanged: test_bad_input's matrix checks that in full)."""
@@ -133,8 +148,8 @@ def test_rollback_to_a_legacy_section_program(run, pair, objects, drop_obj, tmp_
 
 
 def test_iproute2_loads_the_same_program_from_the_same_section(run_distro, pair, objects):
-    """The witness: `tc filter add ... bpf da obj F sec redirect_xmit` loads the same instructions (same tag) as
-    tc_program with section: redirect_xmit."""
+    """The witnesses: `tc filter add ... bpf da obj F sec redirect_xmit` and `ip link set ... xdp obj F sec xdp1` load
+    the same instructions (same tag) as tc_program and xdp_program with those sections."""
     ours = run_distro("tc_program", dict(interface="eth0", netns=pair.rx, object=objects["legacy_tc"],
                                          section="redirect_xmit", method="cls_bpf", direction="egress"))
     assert ours["changed"] and not ours.get("failed"), ours
@@ -144,6 +159,13 @@ def test_iproute2_loads_the_same_program_from_the_same_section(run_distro, pair,
     [theirs] = json.loads(sh("tc", "-n", pair.tx, "-j", "filter", "show", "dev", "eth0", "ingress").stdout)[1:] or [None]
     assert theirs["options"]["prog"]["tag"] == ours["tag"], (theirs, ours)
     assert theirs["options"]["prog"]["name"] == "_redirect_xmit"
+    # And `ip link set dev eth0 xdpgeneric obj F sec xdp1` beside xdp_program's section: xdp1.
+    ours = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=objects["legacy_xdp"],
+                                          section="xdp1", mode="generic"))
+    assert ours["changed"] and not ours.get("failed"), ours
+    sh("ip", "-n", pair.tx, "link", "set", "dev", "eth0", "xdpgeneric", "obj", objects["legacy_xdp"], "sec", "xdp1")
+    [link] = json.loads(sh("ip", "-n", pair.tx, "-d", "-j", "link", "show", "dev", "eth0").stdout)
+    assert link["xdp"]["prog"]["tag"] == ours["tag"], (link["xdp"], ours)
 
 
 def test_program_cost_measures_untyped_programs_as_their_hook_would_run_them(run_distro, objects):
@@ -201,3 +223,16 @@ def test_replay_candidate_by_section(run_distro, pair, objects, tmp_path):
     bad = run_distro("replay", dict(interface="eth0", netns=pair.rx, pcap=pcap, object=objects["mixed"],
                                     section="socket", object_store=store))
     assert bad.get("failed") and "is a socket_filter program, not xdp" in bad["msg"], bad
+
+
+def test_a_task_naming_another_program_by_section_is_refused_on_a_taken_hook(run_distro, pair, objects):
+    """tc_program keeps one program per attachment: a second task that names another program by its section is
+    refused as one naming it by function is, and the hook keeps its program."""
+    hook = dict(interface="eth0", netns=pair.rx, method="cls_bpf")
+    first = run_distro("tc_program", dict(hook, object=objects["mixed"], program="first_count"))
+    assert first["changed"], first
+    for check in (True, False):
+        res = run_distro("tc_program", dict(hook, object=objects["legacy_tc"], section="redirect_xmit"), check=check)
+        assert res.get("failed") and "already holds ebpf.xdp program 'first_count'" in res["msg"], res
+    [entry] = facts(run_distro, pair.rx, "eth0")["tc"]["ingress"]
+    assert entry["id"] == first["id"]

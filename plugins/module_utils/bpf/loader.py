@@ -104,6 +104,16 @@ def _check_type(obj: _bpf.BpfObject, prog: dict, prog_type: str, kind: str) -> s
     return prog["name"]
 
 
+def in_section(path: str | None, section: str) -> str | None:
+    """The function name of the one program in `section` of the object at path, for a check before the load; None
+    when the object is not there (yet) or the section does not hold exactly one (the load then says why)."""
+    if not path or not os.path.isfile(path):
+        return None
+    with _bpf.BpfObject(path) as obj:
+        found = [p["name"] for p in obj.programs() if p["section"] == section]
+    return found[0] if len(found) == 1 else None
+
+
 def as_hook(obj: _bpf.BpfObject, name: str, prog_type: str, devmap: bool = False) -> None:
     """Load program `name` as the hook runs it: of type prog_type (a classifier as a tc action, an untyped
     program as what the hook runs), and with devmap as a devmap egress program (expected attach type

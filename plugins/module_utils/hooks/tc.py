@@ -38,7 +38,8 @@ import errno
 import os
 import platform
 
-from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, loader as _loader, pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf.compile import sha256_file
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import tc_hooks as _tc_hooks, tc_netlink as _tc_netlink
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.converge import HookAdapter, register
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.observed import (
@@ -193,7 +194,21 @@ class TcHook(HookAdapter):
         order = next(((option, params[option]) for option in ORDER_FLAGS if params.get(option) is not None), None)
         return cls(ifname, ifindex, pins, clsact, params["direction"], params["method"], params["priority"],
                    params["handle"], params["verdict"], present=params["state"] == "present",
-                   program=params["program"], attachment=params.get("name"), order=order)
+                   program=cls.named_program(params), attachment=params.get("name"), order=order)
+
+    @staticmethod
+    def named_program(params: dict) -> str | None:
+        """The function the task names: program, or the one in its section (so that one-program-per-hook holds
+        however a task names it)."""
+        if not params.get("section") or params["state"] != "present":
+            return params.get("program")
+        path = params.get("object_source") or params.get("object")
+        if params.get("checksum") and path and os.path.isfile(path):
+            try:  # libbpf reads no object the task's checksum does not vouch for (the converger then refuses it)
+                _loader.verify_checksum(path, sha256_file(path), params["checksum"])
+            except _loader.LoadError:
+                return None
+        return _loader.in_section(path, params["section"])
 
     @property
     def load_as(self) -> str | None:

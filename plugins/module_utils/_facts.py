@@ -19,6 +19,11 @@ by the key, because struct keys are dicts; `items2dict` turns scalar keys
 into a dict. At most max_entries entries of each map are read (an array's
 first indexes, a hash's first in the kernel's order); `truncated` and
 `entries_total` say what was left out.
+
+For the exporter (which calls `snapshot` without a reading today, and so
+reads what it always read): with a MapReading, each entry's `numbers()` are
+its samples, one per numeric field by its path, and its key (an enum's
+name, a struct key's fields) its labels.
 """
 
 from __future__ import annotations
@@ -392,6 +397,19 @@ def _add_rates(old: dict, prog: dict, seconds: float) -> None:
             before = {_key_id(entry["key"]): entry["value"] for entry in earlier[item["id"]]["entries"]}
             for entry in item["entries"]:
                 entry["rates"] = _field_rates(before.get(_key_id(entry["key"])), entry["value"], seconds)
+
+
+def numbers(value, path: str = "") -> Iterator[tuple[str, int]]:
+    """Every number of a decoded value with its path (`bytes`, `pair.a`, `hist[2]`; "" for a value that is one):
+    the samples of one entry. Enum names, booleans, text and bytes are not numbers."""
+    if _is_number(value):
+        yield path, value
+    elif isinstance(value, dict):
+        for name, inner in value.items():
+            yield from numbers(inner, "%s.%s" % (path, name) if path else str(name))
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            yield from numbers(inner, "%s[%d]" % (path, i))
 
 
 def _key_id(key) -> str:

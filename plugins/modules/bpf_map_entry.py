@@ -65,7 +65,8 @@ options:
         text (printable ASCII, shorter than the array: the rest is NUL). Bitfields are supported on
         little-endian hosts. Values read back (RV(entries), and the entries M(ebpf.xdp.xdp_facts) reports) are
         in the same notation, and write back to the same bytes: every member of a union is shown, a C(char)
-        array as text where it holds text up to a NUL and zeros after it, other byte arrays as C({hex: ...})."
+        array as text where it holds text up to a NUL and zeros after it, other byte arrays as C({hex: ...}),
+        and a struct whose padding is not zero as C({hex: ...}) of all its bytes."
       - "A devmap value (which has no BTF) is C(struct bpf_devmap_val): C({ifindex: NAME}) or an index, and in
         an 8-byte value optionally C(prog), the pin path (or id) of an C(xdp/devmap) program run on each frame
         sent to that port, for example C({ifindex: eth1, prog: /sys/fs/bpf/egress}). It reads back as

@@ -191,7 +191,7 @@ ansible_facts:
             - "A decoded map (see O(maps)) adds C(entries): a list of C({key, value}) in
               M(ebpf.xdp.bpf_map_entry)'s notation (its O(ebpf.xdp.bpf_map_entry#module:entries) takes them back),
               sorted by key; a struct or union as a dict of its members (anonymous ones flattened, every member of a
-              union shown), an enum by its enumerator's name, a C(char) array as text, other byte arrays as
+              union shown; as C({hex: ...}) when its padding is not zero), an enum by its enumerator's name, a C(char) array as text, other byte arrays as
               C({hex: ...}), arrays as lists. A per-CPU value is summed over CPUs field by field (integers that
               count; an enum, boolean, pointer or bytes where every CPU holds the same, else null), with
               O(per_cpu) each CPU's in C(values); with O(rate_interval), C(rates) holds the per-second rate of every

@@ -22,10 +22,12 @@ differences that keep decoding lossless:
 - integers as numbers (a pointer too); `_Bool` as true/false (other values as
   numbers); an enum by its enumerator's name (a value no enumerator has, as a
   number);
-- a struct or union as a dict of its members by name, every member of a union
+- a struct or union as a dict of its members by name (as `{hex: ...}` when
+  bits that no member covers, padding, are set), every member of a union
   shown (they read the same bytes; encoding takes several when they agree),
-  anonymous structs and unions flattened into their parent; bitfields as
-  numbers (enums by name);
+  anonymous structs and unions flattened into their parent, as C names their
+  members (bpftool nests them under the name ""); bitfields as numbers (bpftool:
+  hex strings; enums by name);
 - arrays as lists; a `char` array as a string when it holds printable ASCII
   up to a NUL and zeros after it (bpftool ignores what follows the NUL), else
   as `{hex: ...}`, like every other byte array (`__u8 mac[6]`, floats);
@@ -217,6 +219,12 @@ class Int(Layout):
     def decode(self, raw):
         return self.from_number(int.from_bytes(raw[:self.size], sys.byteorder, signed=self.signed))
 
+    def total(self, raws):
+        if self.counts and type(self) is Int:  # pylint: disable=unidiomatic-typecheck
+            # The common case (a counter of every CPU), without decoding each copy first.
+            return sum(int.from_bytes(raw[:self.size], sys.byteorder, signed=self.signed) for raw in raws)
+        return super().total(raws)
+
     def from_number(self, number: int):
         """The notation of a number read from this integer (or from a bitfield of its type)."""
         return bool(number) if self.boolean and number in (0, 1) else number
@@ -402,6 +410,7 @@ class Struct(Layout):
         self.by_name = {field.name: field for field in fields}
         # A devmap value also takes its ifindex alone.
         self.shorthand = shorthand
+        self._covered = None
 
     def encode(self, value, enc, where):
         if not isinstance(value, dict):
@@ -430,7 +439,8 @@ class Struct(Layout):
         return whole.to_bytes(self.size, "little")
 
     def _bits(self, field: Field, value, enc, where) -> int:
-        if field.names_an_interface() and isinstance(value, str) and as_int(value) is None:
+        if field.names_an_interface() and isinstance(field.layout, Int) and not isinstance(field.layout, Enum) \
+                and isinstance(value, str) and as_int(value) is None:
             value = enc.interface(value, where)
         if field.bits:
             number = field.layout.number(value, enc, where) if isinstance(field.layout, Int) else None
@@ -452,10 +462,26 @@ class Struct(Layout):
             return field.layout.from_number(field.number(raw[:self.size]))
         return field.layout.decode(raw[field.offset:field.offset + field.layout.size])
 
+    def _stray(self, raw: bytes) -> bool:
+        """Whether raw has bits set that no field covers (padding): such bytes decode as {hex: ...}, which keeps
+        them, where a dict of the fields would lose them (two keys that differ there are two keys). Not for a
+        struct with a member called hex, which {hex: ...} would name."""
+        if "hex" in self.by_name:
+            return False
+        if self._covered is None:
+            self._covered = 0
+            for field in self.fields:
+                self._covered |= field.mask()
+        return bool(int.from_bytes(raw[:self.size], "little") & ~self._covered)
+
     def decode(self, raw):
+        if self._stray(raw):
+            return {"hex": raw[:self.size].hex()}
         return {field.name: self._value(field, raw) for field in self.fields}
 
     def total(self, raws):
+        if any(self._stray(raw) for raw in raws):
+            return super().total(raws)
         out = {}
         for field in self.fields:
             if field.bits:

@@ -191,3 +191,14 @@ def test_malformed_btf_gives_no_layout_instead_of_a_traceback():
     btf = {"key": 2, "value": 0, "types": past_the_end}
     key, _value = _btf.layouts({"type": "hash", "key_size": 4, "value_size": 4}, btf)
     assert isinstance(key, _btf.Sized)
+
+
+def test_padding_that_is_not_zero_reads_as_bytes_so_that_it_writes_back():
+    # struct { __u8 a; __u32 b; } has three bytes of padding after a.
+    layout = _btf.Struct(8, "struct p", [_btf.Field("a", _btf.Int(1), 0, 0), _btf.Field("b", _btf.Int(4), 4, 32)])
+    raw = bytes([1, 0, 7, 0]) + struct.pack("<I", 2)
+    assert layout.decode(raw) == {"hex": raw.hex()} and layout.encode(layout.decode(raw), ENC, "key") == raw
+    assert layout.decode(bytes([1, 0, 0, 0]) + struct.pack("<I", 2)) == {"a": 1, "b": 2}
+    # A struct with a member called hex takes {hex: ...} as that member: its padding is not kept.
+    named = _btf.Struct(2, "struct h", [_btf.Field("hex", _btf.Int(1), 0, 0)])
+    assert named.decode(b"\x01\x09") == {"hex": 1} and named.encode({"hex": 1}, ENC, "key") == b"\x01\x00"

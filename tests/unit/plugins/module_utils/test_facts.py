@@ -75,3 +75,9 @@ def test_rates_of_every_number_of_a_decoded_value_in_its_shape():
     # An entry that was not there (an array's zero entry) counts from zero.
     assert _facts._field_rates(None, {"packets": 4}, 2.0) == {"packets": 2.0}
     assert _facts._field_rates(None, 8, 4.0) == 2.0
+
+
+def test_the_numbers_of_a_decoded_value_by_their_paths():
+    value = {"packets": 3, "last": "XDP_DROP", "on": True, "hist": [1, 2], "pair": {"a": 4}, "mac": {"hex": "02"}}
+    assert list(_facts.numbers(value)) == [("packets", 3), ("hist[0]", 1), ("hist[1]", 2), ("pair.a", 4)]
+    assert list(_facts.numbers(7)) == [("", 7)] and list(_facts.numbers("XDP_PASS")) == []

@@ -24,7 +24,7 @@ import tempfile
 import time
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
-from ansible_collections.ebpf.xdp.plugins.module_utils.host import files as _files
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import files as _files, names as _names
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 DEFAULT_CACHE_DIR = "/var/cache/ebpf_xdp/objects"
@@ -118,7 +118,7 @@ class ObjectCache:
         self.directory = directory
 
     def paths(self, key):
-        base = os.path.join(self.directory, key[:2], key)
+        base = _names.join_under(self.directory, key[:2], key)
         return base + ".o", base + ".json"
 
     def lookup(self, key: str, search_dirs=()) -> dict | None:
@@ -222,7 +222,7 @@ class Sources:
 
     def write(self, names: list[str]) -> None:
         for name in names:
-            path = os.path.join(self.directory, name)
+            path = _names.join_under(self.directory, *name.split("/"))  # a link in the tree leads nowhere else
             self.replaced.setdefault(path, self._read(path))
             _files.write_atomically(path, self.files[name].encode(), SHIPPED_MODE, SHIPPED_DIR_MODE)
 

@@ -36,7 +36,7 @@ from typing import Iterator
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, loader as _loader, pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge, revisions as _revisions
-from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import names as _names, netns as _netns
 from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import pcap as _pcap
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
@@ -251,7 +251,7 @@ class Side:
 def private_dir(pin_root: str, netns_key: str) -> Iterator[str]:
     """A directory of pins for one replay, removed with everything in it afterwards. Its name is longer than an
     interface's can be (15), so it is never taken for one; bpffs refuses names with a dot."""
-    directory = os.path.join(pin_root, netns_key, "replay-%s" % uuid.uuid4().hex[:12])
+    directory = _names.join_under(pin_root, netns_key, "replay-%s" % uuid.uuid4().hex[:12])
     os.makedirs(directory)
     try:
         yield directory

@@ -290,3 +290,22 @@ def test_any_json_is_a_record_with_usable_digests_or_a_clear_error(record):
     for holder in (checked, checked.get("previous"), checked.get("egress")):
         digest = (holder or {}).get("object_sha256")
         assert digest is None or _names.join_under("/store", digest + ".o") == "/store/%s.o" % digest
+
+
+def test_shipped_sources_and_cache_entries_stay_under_their_directory(tmp_path):
+    """datapath's sources: a link planted in the tree (include -> /tmp/outside) is not written through."""
+    from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import compile as _compile
+    outside, tree = tmp_path / "outside", tmp_path / "tree"
+    outside.mkdir()
+    tree.mkdir()
+    (tree / "include").symlink_to(outside)
+    sources = _compile.Sources(str(tree), {"prog.bpf.c": "int x;\n", "include/x.h": "#define X 1\n"})
+    with pytest.raises(_names.OutsideRootError, match="resolves to %s/x.h, outside %s" % (outside, tree)):
+        sources.write(sorted(sources.files))  # include/x.h first
+    assert not os.listdir(outside)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "ab").symlink_to(outside)
+    with pytest.raises(_names.OutsideRootError):
+        _compile.ObjectCache(str(cache)).paths("ab" + "0" * 62)
+    assert _compile.ObjectCache(str(cache)).paths("cd" + "0" * 62)[0] == str(cache / "cd" / ("cd" + "0" * 62 + ".o"))

@@ -11,11 +11,13 @@ with what was sent; promtool (Debian's prometheus package) judges the
 exposition, and a real Prometheus server scrapes it once.
 """
 
+import base64
 import json
 import os
 import re
 import shutil
 import socket
+import ssl
 import subprocess
 import tempfile
 import threading
@@ -24,6 +26,7 @@ import urllib.error
 import urllib.request
 import uuid
 
+import bcrypt
 import pytest
 import yaml
 
@@ -547,6 +550,7 @@ def prometheus_sees(workdir, job, query, expected):
     """A real Prometheus (Debian's) scraping with the scrape config job every second: the answer to query once
     it is expected (or the last one after 30 s), and the job's one target."""
     web = free_port()
+    os.makedirs(workdir, exist_ok=True)
     config = os.path.join(workdir, "prometheus.yml")
     with open(config, "w", encoding="utf-8") as out:
         yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": [dict({"job_name": "ebpf_xdp"}, **job)]},
@@ -584,6 +588,129 @@ def test_prometheus_scrapes_the_counters(pair, run_served, drop_obj, served, wor
                                      query, sent)
     assert result and float(result[0]["value"][1]) == sent, result
     assert target["health"] == "up", target
+
+
+# ---------------------------------------------------------------- TLS, client certificates, basic auth
+
+
+def make_pki(directory):
+    """A throwaway CA with a server certificate (localhost, 127.0.0.1) and a client certificate, and a second
+    CA with a client certificate of its own (the wrong one): {name: path}."""
+    paths = {}
+
+    def openssl(*args):
+        sh("openssl", *args)
+
+    for ca in ("ca", "other_ca"):
+        paths[ca] = os.path.join(directory, ca + ".pem")
+        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "2",
+                "-subj", "/CN=%s" % ca, "-keyout", os.path.join(directory, ca + ".key"), "-out", paths[ca])
+    for name, ca, san in (("server", "ca", "DNS:localhost,IP:127.0.0.1"), ("client", "ca", "DNS:prometheus"),
+                          ("wrong_client", "other_ca", "DNS:prometheus")):
+        key, csr = os.path.join(directory, name + ".key"), os.path.join(directory, name + ".csr")
+        ext = os.path.join(directory, name + ".ext")
+        with open(ext, "w", encoding="ascii") as out:
+            out.write("subjectAltName=%s\n" % san)
+        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-subj", "/CN=%s" % name,
+                "-keyout", key, "-out", csr)
+        openssl("x509", "-req", "-in", csr, "-CA", paths[ca], "-CAkey", os.path.join(directory, ca + ".key"),
+                "-CAcreateserial", "-days", "2", "-extfile", ext, "-out", os.path.join(directory, name + ".pem"))
+        paths[name], paths[name + "_key"] = os.path.join(directory, name + ".pem"), key
+    return paths
+
+
+def https_get(exporter, pki, user=None, password=None, client=None):
+    """GET /metrics over TLS, verifying the server against the throwaway CA: (status, body)."""
+    context = ssl.create_default_context(cafile=pki["ca"])
+    if client:
+        context.load_cert_chain(pki[client], pki[client + "_key"])
+    request = urllib.request.Request("https://localhost:%d/metrics" % exporter.port)
+    if user is not None:
+        token = base64.b64encode(("%s:%s" % (user, password)).encode()).decode()
+        request.add_header("Authorization", "Basic " + token)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context))
+    try:
+        with opener.open(request, timeout=10) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers)
+
+
+def test_prometheus_scrapes_over_tls_with_basic_auth(pair, run, drop_obj, workdir, pin_root):
+    pki = make_pki(workdir)
+    hashed = bcrypt.hashpw(b"scrape-secret", bcrypt.gensalt(10)).decode()
+    web_config = {"tls_server_config": {"cert_file": pki["server"], "key_file": pki["server_key"]},
+                  "basic_auth_users": {"prometheus": hashed},
+                  "http_server_config": {"headers": {"X-Content-Type-Options": "nosniff"}}}
+    exp = Exporter(workdir, pin_root, xdp_metrics_web_config=web_config)
+    try:
+        attach(run, pair, drop_obj)
+        exp.rhythm()
+        pid = exp.pid()
+        web_file = os.path.join(exp.base, "etc", exp.name + ".web.yml")
+        assert os.stat(web_file).st_mode & 0o777 == 0o600  # bcrypt hashes are secrets too
+
+        # No credentials, a wrong password, an unknown user: 401 asking for basic auth. Plain HTTP: no answer.
+        for user, password in ((None, None), ("prometheus", "wrong"), ("nobody", "scrape-secret")):
+            status, headers = https_get(exp, pki, user, password)
+            assert status == 401 and headers["WWW-Authenticate"] == "Basic", (user, status, headers)
+        with pytest.raises(OSError):
+            exp.scrape()
+        status, page = https_get(exp, pki, "prometheus", "scrape-secret")
+        assert status == 200 and value(page, "ebpf_xdp_netns_up", netns=pair.rx) == 1
+
+        sent = pair.burst(run, count=2000, protocols=("udp",))["sent"]["udp"]
+        with open(os.path.join(workdir, "password"), "w", encoding="ascii") as out:
+            out.write("scrape-secret")
+        job = {"scheme": "https", "static_configs": [{"targets": ["127.0.0.1:%d" % exp.port]}],
+               "tls_config": {"ca_file": pki["ca"], "server_name": "localhost"},
+               "basic_auth": {"username": "prometheus", "password_file": os.path.join(workdir, "password")}}
+        query = 'sum(ebpf_xdp_packets_total{netns="%s",proto="udp"})' % pair.rx
+        result, target = prometheus_sees(workdir, job, query, sent)
+        assert result and float(result[0]["value"][1]) == sent, (result, target)
+        assert target["health"] == "up" and target["scrapeUrl"].startswith("https://"), target
+        # Without credentials Prometheus is refused.
+        del job["basic_auth"]
+        _result, target = prometheus_sees(os.path.join(workdir, "no_auth"), job, "up", 0)
+        assert target["health"] == "down" and "401" in target["lastError"], target
+
+        # Client certificates: the file is read again (no restart); a certificate of another CA, or none, is
+        # refused in the handshake, the right one (with the password) is served.
+        web_config["tls_server_config"].update(client_ca_file=pki["ca"], client_auth_type="RequireAndVerifyClientCert")
+        exp.role(xdp_metrics_web_config=web_config)
+        assert exp.pid() == pid
+        for client in (None, "wrong_client"):
+            with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
+                https_get(exp, pki, "prometheus", "scrape-secret", client=client)
+        status, page = https_get(exp, pki, "prometheus", "scrape-secret", client="client")
+        assert status == 200 and "ebpf_xdp_exporter_info" in page
+        assert changed(exp.role(xdp_metrics_web_config=web_config)) == 0
+    finally:
+        exp.stop()
+
+
+BAD_WEB_CONFIGS = [
+    ({"basic_auth_users": {"prometheus": "plain-password"}}, "basic_auth_users.prometheus is not a bcrypt hash"),
+    ({"tls_server_config": {"cert_file": "/nonexistent/cert.pem", "key_file": "/nonexistent/key.pem"}},
+     "cannot load cert_file /nonexistent/cert.pem"),
+    ({"tls_server_config": {"cert_file": "c.pem", "key_file": "k.pem", "client_auth_type": "RequireAnyClientCert"}},
+     "client_auth_type RequireAnyClientCert is not supported"),
+    ({"rate_limit": {"burst": 1}}, "rate_limit is not supported by this exporter"),
+]
+
+
+def test_bad_web_configurations_are_refused_and_change_nothing(exporter):
+    exporter.role()
+    pid = exporter.pid()
+    with open(exporter.config_file, encoding="utf-8") as src:
+        config = src.read()
+    for web_config, message in BAD_WEB_CONFIGS:
+        out = exporter.role(expect_ok=False, xdp_metrics_web_config=web_config)
+        assert message in only(failure_messages(out)), (message, failure_messages(out))
+        with open(exporter.config_file, encoding="utf-8") as src:
+            assert src.read() == config
+        assert not os.path.exists(os.path.join(exporter.base, "etc", exporter.name + ".web.yml"))
+        assert exporter.pid() == pid and "ebpf_xdp_exporter_info" in exporter.scrape()
 
 
 # ---------------------------------------------------------------- the dashboard's queries

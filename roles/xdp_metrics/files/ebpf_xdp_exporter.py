@@ -718,8 +718,43 @@ def stale(config: dict, config_path: str) -> bool:
     return newest > started
 
 
-def serving_us(config: dict) -> bool:
-    """Whether what listens at the configured address is this service's exporter (a restart will free it)."""
+def _listening_sockets(port: int) -> set[str]:
+    """The socket inodes listening on TCP port in this network namespace (/proc/net/tcp and tcp6)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table, encoding="ascii") as src:
+            for line in src.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                    inodes.add("socket:[%s]" % fields[9])
+    return inodes
+
+
+def listens(pid: int, port: int) -> bool:
+    """Whether process pid holds a socket listening on port."""
+    inodes = _listening_sockets(port)
+    fd_dir = "/proc/%d/fd" % pid
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(os.path.join(fd_dir, fd)) in inodes:
+                return True
+    return False
+
+
+def serving_us(config: dict, config_path: str) -> bool:
+    """Whether what listens at the configured address is this service's exporter (a restart will free it).
+
+    Behind a web configuration (TLS, basic auth, client certificates) a
+    request may not be answered without credentials the role does not
+    have: there the listening socket must be the running exporter's.
+    """
+    if config["web_config_file"]:
+        pid = running_pid(config, config_path)
+        return bool(pid) and listens(pid, config["port"])
     host = config["listen_address"]
     if host in ("0.0.0.0", ""):
         host = "127.0.0.1"
@@ -736,14 +771,15 @@ def serving_us(config: dict) -> bool:
     return any(line.startswith("ebpf_xdp_exporter_info{") and mark in line for line in text.splitlines())
 
 
-def check(config: dict) -> None:
+def check(config: dict, config_path: str, web_text: str | None = None) -> None:
     """--check: everything --start would check, without starting anything."""
     check_environment(config)
     if config["mode"] == "http":
+        web_config(config, web_text)
         try:
-            make_http_server(config).server_close()
+            make_http_server(config, web_text).server_close()
         except ListenError:
-            if not serving_us(config):
+            if not serving_us(config, config_path):
                 raise
 
 
@@ -802,11 +838,11 @@ def start(config: dict, log_file: str | None) -> int:
     _daemon(config, log_file, ready_w)
 
 
-def serves(config: dict, timeout: float = 30.0) -> bool:
+def serves(config: dict, config_path: str, timeout: float = 30.0) -> bool:
     """Whether the running exporter answers: its /metrics (http), or its first metrics file (textfile)."""
     deadline = time.monotonic() + timeout
     while True:
-        if serving_us(config) if config["mode"] == "http" else os.path.exists(config["textfile_path"]):
+        if serving_us(config, config_path) if config["mode"] == "http" else os.path.exists(config["textfile_path"]):
             return True
         if time.monotonic() >= deadline:
             return False
@@ -821,13 +857,13 @@ def ensure(config: dict, config_path: str, log_file: str | None, dry_run: bool) 
     action = ("restarted" if stale(config, config_path) else "none") if pid else "started"
     if dry_run:
         if action != "none":
-            check(config)
+            check(config, config_path)
         return {"action": action, "pid": pid, "dry_run": True}
     if action == "restarted":
         stop(config, config_path)
     if action != "none":
         pid = start(config, log_file)
-    if not serves(config):
+    if not serves(config, config_path):
         raise StartError("the exporter (pid %d) does not serve %s" % (
             pid, "on %s:%d" % (config["listen_address"], config["port"]) if config["mode"] == "http"
             else config["textfile_path"]))
@@ -906,6 +942,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--config", required=True, help="the JSON configuration the role writes")
     parser.add_argument("--config-json", help="use this JSON instead of the file's content (checks before writing)")
+    parser.add_argument("--web.config.file", dest="web_config_file",
+                        help="exporter-toolkit's web configuration (TLS, basic auth); overrides web_config_file")
+    parser.add_argument("--web-config-json", help="with --check: check this content instead of the web "
+                        "configuration file's (JSON or YAML)")
     action = parser.add_mutually_exclusive_group()
     for name in ("start", "stop", "restart", "ensure", "status", "check", "once"):
         action.add_argument("--" + name, action="store_true")
@@ -916,12 +956,15 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         config = load_config(json.loads(args.config_json)) if args.config_json else read_config_file(args.config)
+        if args.web_config_file is not None:
+            config = load_config(dict(config, web_config_file=os.path.abspath(args.web_config_file)
+                                      if args.web_config_file else ""))
         if args.status:
             pid = running_pid(config, args.config)
             print(json.dumps({"running": bool(pid), "pid": pid, "stale": bool(pid) and stale(config, args.config)}))
             return 0
         if args.check:
-            check(config)
+            check(config, args.config, args.web_config_json)
             print(json.dumps({"ok": True}))
             return 0
         if args.stop or args.restart:
@@ -937,7 +980,7 @@ def main(argv=None) -> int:
                 return 0
         if args.start or args.restart:
             if args.dry_run:
-                check(config)
+                check(config, args.config)
                 print(json.dumps({"started": True, "dry_run": True}))
                 return 0
             print(json.dumps({"started": True, "pid": start(config, args.log_file)}))

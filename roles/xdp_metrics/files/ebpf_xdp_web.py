@@ -427,14 +427,13 @@ class Server(socketserver.ThreadingMixIn, WSGIServer):
 
     def _refuse(self, request) -> None:
         """Beyond the cap: answered at once (never waited on), in plain HTTP where the server speaks it."""
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, WebConfigError):
             settings = self.web.current() if self.web else None
             if not (settings and settings["context"]):
                 request.setblocking(False)
                 request.send(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\n"
                              b"Connection: close\r\n\r\n")
-        with contextlib.suppress(WebConfigError):
-            self.shutdown_request(request)
+        self.shutdown_request(request)
 
     def _cut_late_connections(self) -> None:
         while True:

@@ -229,3 +229,33 @@ def test_xdp_metrics_refuses_names_and_paths_that_would_write_elsewhere(tmp_path
     assert os.listdir(tmp_path) == ["play.yml"] and not os.path.exists("lib")
     units = os.listdir("/etc/systemd/system") if os.path.isdir("/etc/systemd/system") else []
     assert [unit for unit in units if unit.startswith(name[:8])] == []
+
+
+# ---------------------------------------------------------------- the traffic roles
+
+@pytest.mark.parametrize("role,task,extra,said", [
+    ("pktgen_sender", "Check the interface and namespace names",
+     {"pktgen_sender_interface": "eth0\nx", "pktgen_sender_netns": "a b", "pktgen_sender_src_ip": "10.0.0.1",
+      "pktgen_sender_dst_ip": "10.0.0.2", "pktgen_sender_dst_mac": "ff:ff:ff:ff:ff:ff;x"},
+     'pktgen_sender: pktgen_sender_interface "eth0\\nx" is not an interface name: it holds whitespace; '
+     'pktgen_sender_netns "a b" is not a network namespace name: it holds whitespace. Nothing was sent.'),
+    ("pktgen_receiver", "Check the interface and namespace names",
+     {"pktgen_receiver_interfaces": ["eth0", "../x"], "pktgen_receiver_netns": ".."},
+     'pktgen_receiver: pktgen_receiver_interfaces "../x" is not an interface name: it holds \'/\' or \':\'; '
+     'pktgen_receiver_netns ".." is not a network namespace name: it is \'.\' or \'..\'. Nothing was changed.'),
+    ("traffic_check", "Check the interface and namespace names",
+     {"traffic_check_interface": "eth0", "traffic_check_src_ip": "10.0.0.1", "traffic_check_dst_ip": "10.0.0.2",
+      "traffic_check_receiver": "localhost", "traffic_check_receiver_interface": "a23456789012345x",
+      "traffic_check_receiver_netns": "r\nx"},
+     'traffic_check: traffic_check_receiver_interface(s) "a23456789012345x" is not an interface name: it is longer '
+     'than 15 bytes; traffic_check_receiver_netns "r\\nx" is not a network namespace name: it holds whitespace. '
+     'Nothing was sent.'),
+], ids=["pktgen_sender", "pktgen_receiver", "traffic_check"])
+def test_traffic_roles_refuse_bad_names_first(tmp_path, role, task, extra, said):
+    play = tmp_path / "play.yml"
+    play.write_text(yaml.safe_dump([{"name": role, "hosts": "localhost", "connection": "local",
+                                     "gather_facts": False, "roles": [{"role": "ebpf.xdp." + role}]}]))
+    out = ansible_playbook("-i", "localhost,", str(play), expect_ok=False,
+                           extra_vars=[dict(extra, ansible_python_interpreter="/usr/bin/python3")])
+    assert out["stats"]["localhost"]["failures"] == 1 and out["stats"]["localhost"]["changed"] == 0, out["stats"]
+    assert task_results(out, task)["localhost"]["msg"] == said

@@ -164,6 +164,9 @@ options:
         revision (a record whose pins are gone, after a reboot or a removed O(pin_root), stops counting when
         the store is next changed). Every pin root and network namespace of a host may share one store.
       - An absolute path without C(..) components.
+      - The store must belong to the user the module runs as and be writable by no one else (and not be a
+        symbolic link), and a kept object is loaded only when its bytes hash to the digest it is named by; a
+        tampered entry or an untrusted store fails the task and changes nothing.
     type: path
     default: /var/lib/ebpf_xdp/revisions
 """

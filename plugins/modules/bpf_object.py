@@ -63,6 +63,9 @@ options:
   cache_dir:
     description:
       - Directory of the object cache, an absolute path without C(..) components.
+      - An entry is code the kernel will run, so the directory must belong to the user the module runs as and be
+        writable by no one else (and not be a symbolic link); another one is refused, in check mode too. Entries
+        are written C(0600) in C(0700) directories.
     type: path
     default: /var/cache/ebpf_xdp/objects
 attributes:

@@ -1,8 +1,11 @@
 """Verified objects: bpf_object's checksum fed to xdp_program and tc_program, a wrong one refused with nothing
-changed (check mode too), and the pins, records and locks the collection creates readable by root only."""
+changed (check mode too), the bytes checked being the bytes loaded (the file swapped in between), a tampered or
+untrusted object store and compile cache refused, and the pins, records and locks the collection creates
+readable by root only."""
 
 import hashlib
 import os
+import shutil
 import stat
 
 import pytest
@@ -10,7 +13,7 @@ import pytest
 import pin_snapshot
 from conftest import BPF_DIR, SYSTEM_PYTHON, ModuleRunner, assert_rhythm, xdp_attached
 
-from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, loader as _loader, pins as _pins
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +22,7 @@ def objects(tmp_path_factory):
     writes to them): {name: its result}."""
     found, where = {}, tmp_path_factory.mktemp("objects")
     compile_ = ModuleRunner(SYSTEM_PYTHON, str(where / "pins"))
-    for name in ("xdp_drop_count", "tc_redirect"):
+    for name in ("xdp_drop_count", "tc_redirect", "xdp_drop"):
         res = compile_("bpf_object", dict(src=os.path.join(BPF_DIR, name + ".bpf.c"), dest=str(where / (name + ".o")),
                                           cache_dir=str(where / "cache")))
         assert not res.get("failed") and res["checksum"] == "sha256:" + res["sha256"], res
@@ -84,3 +87,106 @@ def test_pins_records_and_locks_are_root_only(run_distro, pair, objects, pin_roo
     assert os.stat(locks).st_mode & 0o077 == 0
     for name in os.listdir(locks):
         assert os.stat(os.path.join(locks, name)).st_mode & 0o077 == 0, name
+
+
+def digest(path):
+    with open(path, "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+@pytest.mark.parametrize("check", [False, True], ids=["run", "check"])
+def test_the_bytes_checked_are_the_bytes_loaded(run_distro, pair, objects, tmp_path, check):
+    """The object file is replaced by another (tc_redirect's) right after the module hashed it (the loader's test
+    hook): the program loaded and attached is still the checked one, the object store keeps the checked bytes,
+    and the record names their digest. Before, libbpf opened the path again and loaded whatever was there."""
+    drop, tc = objects["xdp_drop_count"], objects["tc_redirect"]
+    path = tmp_path / "release.o"
+    shutil.copy(drop["path"], path)
+    store = tmp_path / "store"
+    args = dict(interface="eth0", netns=pair.rx, object=str(path), checksum=drop["checksum"], mode="native",
+                object_store=str(store))
+    res = run_distro("xdp_program", args, check=check, env={_loader.SWAP_AFTER_HASH_ENV: tc["path"]})
+    assert res["changed"] and not res.get("failed"), res
+    assert digest(path) == tc["sha256"], "the file was swapped after the check"
+    if check:
+        assert res["tag"] and xdp_attached(pair.rx) == {} and not store.exists(), res
+        return
+    assert xdp_attached(pair.rx) == {"native": res["id"]}
+    with _bpf.Program.from_id(res["id"]) as prog:
+        info = prog.info()
+    assert info["name"] == "xdp_drop_count" and info["type"] == "xdp", info
+    assert res["revision"]["object_sha256"] == drop["sha256"], res
+    assert sorted(os.listdir(store)) == [".lock", drop["sha256"] + ".o", drop["sha256"] + ".refs"]
+    assert digest(store / (drop["sha256"] + ".o")) == drop["sha256"]
+
+
+@pytest.mark.quiet  # a snapshot of the whole host
+def test_a_tampered_or_untrusted_store_is_refused_and_nothing_changes(run_distro, pair, objects, pin_root, tmp_path):
+    """revision: previous loads the kept object only when its bytes hash to the digest it is kept as, from a store
+    that is root's alone: a tampered entry (another valid object under the old digest's name) and a store others
+    can write are refused, in check mode too, with the host as it was."""
+    drop, other = objects["xdp_drop_count"], objects["xdp_drop"]
+    store = tmp_path / "store"
+    args = dict(interface="eth0", netns=pair.rx, mode="native", object_store=str(store))
+    first = run_distro("xdp_program", dict(args, object=drop["path"]))
+    second = run_distro("xdp_program", dict(args, object=other["path"]))
+    assert first["changed"] and second["changed"] and second["previous_revision"]["number"] == 1, second
+    kept = store / (drop["sha256"] + ".o")
+    shutil.copy(other["path"], kept)  # someone's object under the previous revision's digest
+    where = {"namespaces": [pair.rx], "pin_root": pin_root, "objects": str(store), "cache": str(tmp_path / "none")}
+    before = pin_snapshot.snapshot(where)
+    back = dict(args, revision="previous")
+    for check in (True, False):
+        res = run_distro("xdp_program", back, check=check)
+        assert res.get("failed") and not res["changed"], res
+        assert res["msg"] == ("the previous revision of XDP cannot be loaded: %s holds an object whose sha256 is %s, "
+                              "not the %s it is kept as (the object store was changed by something other than "
+                              "ebpf.xdp); nothing was changed" % (kept, other["sha256"], drop["sha256"])), res
+        assert pin_snapshot.snapshot(where) == before
+    assert xdp_attached(pair.rx) == {"native": second["id"]}
+
+    shutil.copy(drop["path"], kept)
+    os.chmod(store, 0o777)  # the right bytes, in a store anyone can write: refused all the same
+    before = pin_snapshot.snapshot(where)
+    for check in (True, False):
+        res = run_distro("xdp_program", back, check=check)
+        assert res.get("failed") and not res["changed"], res
+        assert res["msg"] == ("revision 1 of the XDP hook of eth0 cannot be put back: object store %s is not trusted: "
+                              "%s is writable by its group or by others (mode 0777); another user could replace what "
+                              "is written there (make it uid 0's and writable by it alone, or use another directory); "
+                              "nothing was changed" % (store, store)), res
+        assert pin_snapshot.snapshot(where) == before
+    os.chmod(store, 0o700)
+    rolled = run_distro("xdp_program", back)
+    assert rolled["changed"] and rolled["revision"]["number"] == 1 and rolled["tag"] == first["tag"], rolled
+
+
+@pytest.mark.parametrize("plant", ["world-writable", "other user's", "link"])
+@pytest.mark.parametrize("check", [True, False], ids=["check", "run"])
+def test_a_compile_cache_others_can_write_is_refused(run_distro, tmp_path, plant, check):
+    """An entry of the compile cache is code the kernel will run: a cache_dir another user owns or can write (or a
+    link to one) is refused before anything is read from it or compiled into it, with nothing written."""
+    cache = tmp_path / "cache"
+    if plant == "link":
+        real = tmp_path / "real"
+        real.mkdir(mode=0o700)
+        cache.symlink_to(real)
+        why = "cache_dir %s is not trusted: it is a symbolic link (to %s); give the real directory" % (cache, real)
+    else:
+        cache.mkdir(mode=0o700)
+        if plant == "world-writable":
+            os.chmod(cache, 0o777)
+            why = "cache_dir %s is not trusted: %s is writable by its group or by others (mode 0777); another user " \
+                  "could replace what is written there (make it uid 0's and writable by it alone, or use another " \
+                  "directory)" % (cache, cache)
+        else:
+            os.chown(cache, 65534, 65534)
+            why = "cache_dir %s is not trusted: %s belongs to uid 65534, not to uid 0 that runs the module; another " \
+                  "user could replace what is written there (make it uid 0's and writable by it alone, or use " \
+                  "another directory)" % (cache, cache)
+    dest = tmp_path / "out.o"
+    res = run_distro("bpf_object", dict(src=os.path.join(BPF_DIR, "xdp_drop.bpf.c"), dest=str(dest),
+                                        cache_dir=str(cache)), check=check)
+    assert res.get("failed") and not res["changed"], res
+    assert res["msg"] == why + "; nothing was compiled or installed", res
+    assert os.listdir(cache) == [] and not dest.exists()

@@ -121,26 +121,37 @@ class ObjectCache:
         base = _names.join_under(self.directory, key[:2], key)
         return base + ".o", base + ".json"
 
-    def lookup(self, key: str, search_dirs=()) -> dict | None:
-        """The manifest of a valid entry, or None on a miss."""
-        obj, manifest_path = self.paths(key)
+    def check(self) -> None:
+        """Refuse (CompileError) a cache directory that is not the module user's alone: an entry is code the
+        kernel will run, and whoever can write one chooses it. The rule is _bytecode's (host/files)."""
         try:
-            with open(manifest_path) as handle:
-                manifest = json.load(handle)
-        except (OSError, ValueError):
+            _files.trusted_directory(self.directory, "cache_dir")
+        except _files.UnsafePathError as exc:
+            raise CompileError("%s; nothing was compiled or installed" % exc) from None
+
+    def lookup(self, key: str, search_dirs=()) -> dict | None:
+        """The manifest of a valid entry (with `data`, the object's bytes, checked against its digest), or None
+        on a miss. Only files of the module's user that no one else can write, reached without a link, count."""
+        self.check()
+        obj, manifest_path = self.paths(key)
+        text = _files.read_trusted(manifest_path)
+        data = _files.read_trusted(obj)
+        if text is None or data is None:
             return None
         try:
+            manifest = json.loads(text)
             for path, digest in manifest["deps"].items():
                 if sha256_file(path) != digest:
                     return None
             # A header added to an earlier include directory would shadow a recorded one.
             if manifest["listings"] != listings(search_dirs):
                 return None
-            if sha256_file(obj) != manifest["sha256"]:
+            if hashlib.sha256(data).hexdigest() != manifest["sha256"]:
                 return None
-        except (OSError, KeyError):
+        except (OSError, KeyError, ValueError, TypeError, AttributeError):
             return None
         manifest["path"] = obj
+        manifest["data"] = data
         return manifest
 
     def build(self, key: str, run_command, argv_for, src: str, search_dirs=()) -> dict:
@@ -191,6 +202,7 @@ class ObjectCache:
             raise
         shutil.rmtree(tmp, ignore_errors=True)
         manifest["path"] = obj
+        manifest["data"] = data
         return manifest
 
 
@@ -238,10 +250,12 @@ class Sources:
         self.replaced = {}
 
 
-def install(src: str, dest: str) -> None:
-    """Copy src to dest atomically (write a temporary file, then rename), creating dest's directory if needed."""
-    with open(src, "rb") as inp:
-        _files.write_atomically(os.path.abspath(dest), inp.read(), SHIPPED_MODE, SHIPPED_DIR_MODE)
+def install(src: str, dest: str, data: bytes | None = None) -> None:
+    """Copy src (data: its bytes as checked) to dest atomically, creating dest's directory if needed."""
+    if data is None:
+        with open(src, "rb") as inp:
+            data = inp.read()
+    _files.write_atomically(os.path.abspath(dest), data, SHIPPED_MODE, SHIPPED_DIR_MODE)
 
 
 # Documented in plugins/modules/bpf_object.py; ebpf.xdp.datapath's objects take the same options.
@@ -302,13 +316,13 @@ def converge_object(params: dict, check_mode: bool, run_command, find_clang) -> 
         changed = before_sha != entry["sha256"]
         if changed and not check_mode:
             try:
-                install(entry["path"], dest)
+                install(entry["path"], dest, entry["data"])  # the bytes checked against the manifest
             except OSError as exc:
                 exc.details = dict(src=p["src"])  # for the failure result, as a failed compile has
                 raise
     else:
         changed = not cache_hit
-    with _bpf.BpfObject(entry["path"]) as obj:
+    with _bpf.BpfObject(entry["path"], entry["data"]) as obj:
         programs, maps = obj.programs(), obj.maps()
     return (dict(changed=changed, cache_hit=cache_hit, path=dest or entry["path"], sha256=entry["sha256"],
                  checksum="sha256:" + entry["sha256"], programs=programs, maps=maps, cmd=entry["argv"],

@@ -245,6 +245,12 @@ class _XdpQueryOpts(ctypes.Structure):
     ]
 
 
+class _ObjectOpenOpts(ctypes.Structure):
+    # The head of struct bpf_object_open_opts (libbpf 1.1 and later): sz says how much of it is given.
+    _fields_ = [("sz", ctypes.c_size_t), ("object_name", ctypes.c_char_p), ("relaxed_maps", ctypes.c_bool),
+                ("pin_root_path", ctypes.c_char_p)]
+
+
 class _XdpAttachOpts(ctypes.Structure):
     _fields_ = [("sz", ctypes.c_size_t), ("old_prog_fd", ctypes.c_int)]
 
@@ -294,8 +300,10 @@ _P = ctypes.c_void_p
 _S = ctypes.c_char_p
 _I = ctypes.c_int
 _U32 = ctypes.c_uint32
+_SIZE = ctypes.c_size_t
 _SIGNATURES = {
     "bpf_object__open_file": (_P, [_S, _P]),
+    "bpf_object__open_mem": (_P, [_P, _SIZE, _P]),
     "bpf_object__load": (_I, [_P]),
     "bpf_object__close": (None, [_P]),
     "bpf_object__btf": (_P, [_P]),
@@ -439,14 +447,32 @@ class BpfObject:
     attached through a link stays in the kernel.
     """
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, data: bytes | None = None):
+        """Open the object from `data`, the bytes of `path` as the caller read (and hashed) them; without data,
+        from the file read once here. libbpf never reads the path: what is loaded is exactly these bytes,
+        whatever happens to the file meanwhile."""
         self.path = path
+        if data is None:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        self.data = data
         lib()
         take_messages()
-        self._obj = _check_ptr(lib().bpf_object__open_file(path.encode(), None),
+        # libbpf parses the ELF in place and keeps pointing into it until the object is closed.
+        self._buf = ctypes.create_string_buffer(data, len(data))
+        # The name open_file would give (the file's name up to its first dot): internal maps (.rodata, .bss)
+        # are named after it, and pinned maps and records compare those names.
+        name = os.path.basename(path).split(".", 1)[0]
+        opts = _ObjectOpenOpts(sz=ctypes.sizeof(_ObjectOpenOpts), object_name=name.encode())
+        self._obj = _check_ptr(lib().bpf_object__open_mem(self._buf, len(data), ctypes.byref(opts)),
                                "open BPF object %s" % path)
         self._log_bufs = {}
         self.loaded = False
+
+    @property
+    def sha256(self) -> str:
+        """The digest of the very bytes libbpf opened."""
+        return hashlib.sha256(self.data).hexdigest()
 
     def __enter__(self):
         return self
@@ -466,6 +492,7 @@ class BpfObject:
         if self._obj:
             lib().bpf_object__close(self._obj)
             self._obj = None
+        self._buf = None
 
     def _programs(self):
         prog = lib().bpf_object__next_program(self._obj, None)

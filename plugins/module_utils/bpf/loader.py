@@ -14,6 +14,7 @@ test-run benchmark uses it to get a loaded program and nothing else.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 
@@ -169,6 +170,7 @@ class Loaded:
         self.data_sha256 = data_sha256
         # How it was loaded, for a hook that loads its own copy (libxdp's dispatcher, see hooks.xdp_dispatcher).
         self.path = obj.path
+        self.data = obj.data
         self.constants = constants
         self.maps_dir = maps_dir
         self.program = obj.program(name)
@@ -218,6 +220,24 @@ def parse_checksum(checksum: str) -> str:
     return digest
 
 
+# Test-only: after read_object hashed the object, put this file's bytes at the object's path (tests/integration/
+# test_verified_objects.py): what is loaded must still be the bytes that were hashed.
+SWAP_AFTER_HASH_ENV = "EBPF_XDP_TEST_SWAP_AFTER_HASH"
+
+
+def read_object(path: str) -> tuple[bytes, str]:
+    """The object's bytes, read once, and their sha256: the caller checks that digest and loads these very
+    bytes (load's data), so the file changing on disk between the check and the load changes nothing."""
+    require_object(path)
+    with open(path, "rb") as handle:
+        data = handle.read()
+    swap = os.environ.get(SWAP_AFTER_HASH_ENV)
+    if swap:
+        with open(swap, "rb") as replacement, open(path, "wb") as target:
+            target.write(replacement.read())
+    return data, hashlib.sha256(data).hexdigest()
+
+
 def verify_checksum(path: str, actual_sha256: str, checksum: str | None) -> None:
     """Refuse an object whose digest is not the expected one, before anything of it reaches the kernel."""
     if checksum and parse_checksum(checksum) != actual_sha256:
@@ -227,17 +247,20 @@ def verify_checksum(path: str, actual_sha256: str, checksum: str | None) -> None
 
 def load(path: str, program: str | None, prog_type: str, constants: dict | None = None,
          maps_dir: str | None = None, load_as: str | None = None, devmap: bool = False,
-         section: str | None = None) -> Loaded:
+         section: str | None = None, data: bytes | None = None) -> Loaded:
     """Load one program of `path` (by name, or the one in `section`); its maps are pinned (and reused) in
     maps_dir, or kept out of bpffs.
 
     Only the chosen program goes into the kernel, as its hook runs it (see
     as_hook): as load_as when given (a classifier loaded as a tc action), or
     with devmap as a devmap egress program. The object itself is closed
-    before returning: the Loaded program keeps what it needs.
+    before returning: the Loaded program keeps what it needs. `data`: the
+    object's bytes as the caller read and checked them (read_object), loaded
+    as they are; without it the file is read once.
     """
-    require_object(path)
-    with _bpf.BpfObject(path) as obj:
+    if data is None:
+        require_object(path)
+    with _bpf.BpfObject(path, data) as obj:
         name = select_program(obj, program, prog_type, devmap, section)
         as_hook(obj, name, load_as or prog_type, devmap)
         data_sha256 = prepare(obj, name, constants, maps_dir)

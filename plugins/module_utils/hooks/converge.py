@@ -338,6 +338,8 @@ class Converger:
         self.load = load
         self.netns_key = netns_key
         self.warnings: list[str] = []
+        # The object's bytes as read and checked once (see _present), loaded and kept as they are.
+        self.object_data: bytes | None = None
         # Seconds the hook was left without a program by this run (a detach before an attach), else None.
         self.interrupted: float | None = None
         # Map sets this run left, to release once the caller dropped its locks (see release_sets): the
@@ -472,7 +474,17 @@ class Converger:
             self.warnings.append("object %s does not exist yet; it would be attached once it does" % path)
             return True, {"attached": True, "object": path, self.hook.placement_key: self.hook.planned_placement(observed)}
         self.desired.require_file()
-        digest = sha256_file(path)
+        # The object's bytes are read and hashed once, and those very bytes are what is loaded (and kept in the
+        # object store): the file changing after the check changes nothing. A revision put back from the store
+        # must hash to the digest it is kept as.
+        if self.desired.backend == "bcc":
+            digest = sha256_file(path)
+        elif self.desired.object_source:
+            digest = os.path.basename(path)[:-len(".o")]
+            self.object_data = _revisions.ObjectStore(os.path.dirname(path)).verified(
+                digest, "the previous revision of %s" % self.hook.label)
+        else:
+            self.object_data, digest = _loader.read_object(path)
         # Before the kernel sees anything of it, in check mode too, and even when the program attached now
         # came from this very file: the digest in the task is what the operator vouched for.
         _loader.verify_checksum(path, digest, self.desired.checksum)
@@ -510,8 +522,9 @@ class Converger:
 
     def _load(self, identity: dict, maps_dir: str | None = None) -> _loader.Loaded:
         d = self.desired
+        verified = {} if self.object_data is None else {"data": self.object_data}
         return self.load(d.path, d.program, self.hook.prog_type, identity["resolved_constants"], maps_dir=maps_dir,
-                         load_as=self.hook.load_as, section=d.section)
+                         load_as=self.hook.load_as, section=d.section, **verified)
 
     def _preview(self, observed: Observed, identity: dict, before: dict) -> tuple[bool, dict]:
         """Check mode: load without pins to learn the tag and surface verifier errors."""
@@ -541,7 +554,7 @@ class Converger:
                     # the record learns the new object so the next run matches it directly.
                     rewritten = dict(observed.record, **identity, **_revisions.advance(
                         observed.record, identity, self.desired.rollback, new_program=False))
-                    self._objects().keep(self.desired.path, rewritten)
+                    self._objects().keep(self.desired.path, rewritten, self.object_data)
                     self.pins.record.write(rewritten)
                     self._objects().release(observed.record, rewritten)
                     return False, before
@@ -551,7 +564,7 @@ class Converger:
                 old = self.pins.record.read()  # the hook's history, even when its program went missing
                 record.update(_revisions.advance(old, identity, self.desired.rollback))
                 _pins.Record.encode(dict(record, **WIDEST_PLACEMENT))  # fail before the swap if it cannot fit
-                self._objects().keep(self.desired.path, record)  # a rollback must find it by its digest
+                self._objects().keep(self.desired.path, record, self.object_data)  # a rollback finds it by digest
                 self.hook.prepare(loaded)
                 attachment = self._swap(action, observed, loaded.program)
                 attached = True

@@ -267,8 +267,9 @@ def live_maps_dir(pins: _pins.PinDir, record: dict, netns_key: str) -> str:
     return pins.maps_dir
 
 
-def attached_object(record: dict, object_store: str) -> str:
-    """The attached revision's object, as the object store keeps it (the file at its path may have changed)."""
+def attached_object(record: dict, object_store: str) -> tuple[str, bytes]:
+    """The attached revision's object, as the object store keeps it (the file at its path may have changed):
+    its path and its bytes, checked against the digest they are kept as (a RevisionError otherwise)."""
     if record.get("backend") == "bcc":
         raise ReplayError("the attached program was compiled by bcc from %s; replay loads objects (backend "
                           "libbpf) only" % record.get("source"))
@@ -277,17 +278,18 @@ def attached_object(record: dict, object_store: str) -> str:
     if not path or not os.path.exists(path):
         raise ReplayError("the attached program's object (sha256 %s) is not in the object store %s: replay needs "
                           "the very object the hook runs" % (digest, object_store))
-    return path
+    return path, _revisions.ObjectStore(object_store).verified(digest, "the attached program's object")
 
 
 @contextlib.contextmanager
 def load_side(label: str, path: str, program: str | None, prog_type: str, constants: dict, live_maps: str,
-              directory: str, load_as: str | None = None, section: str | None = None) -> Iterator[Side]:
+              directory: str, load_as: str | None = None, section: str | None = None,
+              data: bytes | None = None) -> Iterator[Side]:
     maps_dir = os.path.join(directory, label, "maps")
     clone_maps(live_maps, maps_dir)
     try:
         loaded = _loader.load(path, program, prog_type, constants, maps_dir=maps_dir, load_as=load_as,
-                              section=section)
+                              section=section, data=data)
     except _bpf.BpfError as exc:
         if "reuse" in str(exc) or exc.errno == 22:
             raise ReplayError("%s program of %s: its maps do not fit the live maps it would take over (%s); a "
@@ -400,9 +402,10 @@ def run(params: dict) -> dict:
         load_as = "sched_act" if kind == "tc" and record.get("mode") == "act_bpf" else None
         constants = _loader.resolve_constants(params["constants"])
         live_maps = live_maps_dir(pins, record, key)
+        kept, kept_data = attached_object(record, params["object_store"])
         with private_dir(params["pin_root"], key) as directory, \
-                load_side("attached", attached_object(record, params["object_store"]), record.get("program_name"),
-                          prog_type, record.get("resolved_constants") or {}, live_maps, directory, load_as) as old, \
+                load_side("attached", kept, record.get("program_name"), prog_type,
+                          record.get("resolved_constants") or {}, live_maps, directory, load_as, data=kept_data) as old, \
                 load_side("candidate", params["object"], params["program"], prog_type, constants, live_maps,
                           directory, load_as, params.get("section")) as new:
             result = compare(frames, old, new, prog_type, ifindex)

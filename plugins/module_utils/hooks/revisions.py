@@ -115,6 +115,11 @@ def rollback_params(params: dict, record: dict | None, where: str) -> dict:
                             "kept to be put back; nothing was changed" % (number(target), where, target.get("source")))
     store = ObjectStore(params.get("object_store") or DEFAULT_OBJECT_STORE)
     source = store.path(target["object_sha256"])
+    try:
+        _files.trusted_directory(store.directory, "object store")
+    except _files.UnsafePathError as exc:
+        raise RevisionError("revision %d of %s cannot be put back: %s; nothing was changed"
+                            % (number(target), where, exc)) from None
     if not os.path.isfile(source):
         raise RevisionError("the object of revision %d of %s (%s, sha256 %s) is not in the object store %s; "
                             "nothing was changed" % (number(target), where, target.get("object"),
@@ -237,10 +242,11 @@ class ObjectStore:
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
-    def keep(self, source: str, digest: str, owner: str) -> None:
-        """Have the object `digest` (copied from source unless there) referenced by the record at `owner`."""
+    def keep(self, source: str, digest: str, owner: str, data: bytes | None = None) -> None:
+        """Have the object `digest` (copied from source, or data: its bytes as loaded, unless there) referenced
+        by the record at `owner`."""
         with self._locked():
-            self._copy(source, digest)
+            self._copy(source, digest, data)
             self._reference(digest, owner)
 
     def keep_if_unchanged(self, source: str | None, digest: str | None, owner: str) -> None:
@@ -264,13 +270,35 @@ class ObjectStore:
             raise RevisionError("object store %s is not trusted: %s" % (self.directory, str(exc).replace(
                 "refusing to write in %s: " % os.path.abspath(self.directory), ""))) from None
 
-    def _copy(self, source: str, digest: str) -> None:
+    def verified(self, digest: str, what: str) -> bytes:
+        """The bytes kept as `digest`, checked before anything of them is loaded: the store is the module
+        user's alone, the entry a file of that user's that no one else can write (not a link), and its bytes
+        hash to the digest it is named by. RevisionError naming `what` (a revision, the attached program)
+        otherwise."""
+        try:
+            _files.trusted_directory(self.directory, "object store")
+        except _files.UnsafePathError as exc:
+            raise RevisionError("%s cannot be loaded from the object store: %s; nothing was changed" % (what, exc)) \
+                from None
+        data = _files.read_trusted(self.path(digest))
+        if data is None:
+            raise RevisionError("%s cannot be loaded: %s is missing, a link, or a file another user owns or can "
+                                "write; nothing was changed" % (what, self.path(digest)))
+        found = hashlib.sha256(data).hexdigest()
+        if found != digest:
+            raise RevisionError("%s cannot be loaded: %s holds an object whose sha256 is %s, not the %s it is kept "
+                                "as (the object store was changed by something other than ebpf.xdp); nothing was "
+                                "changed" % (what, self.path(digest), found, digest))
+        return data
+
+    def _copy(self, source: str, digest: str, data: bytes | None = None) -> None:
         target = self.path(digest)
         kept = _files.read_trusted(target)
         if kept is not None and hashlib.sha256(kept).hexdigest() == digest:
             return
-        with open(source, "rb") as src:
-            data = src.read()
+        if data is None:
+            with open(source, "rb") as src:
+                data = src.read()
         if hashlib.sha256(data).hexdigest() != digest:
             raise RevisionError("object %s changed while it was copied into the object store %s; run the task "
                                 "again" % (source, self.directory))
@@ -429,11 +457,12 @@ class Keeper:
         self.store = ObjectStore(directory) if directory and owner else None
         self.owner = owner
 
-    def keep(self, source: str, record: dict) -> None:
-        """Before the swap: the object of the revision being attached, and its previous one's (where it can)."""
+    def keep(self, source: str, record: dict, data: bytes | None = None) -> None:
+        """Before the swap: the object of the revision being attached (data: its bytes as loaded), and its
+        previous one's (where it can)."""
         if not self.store or not record.get("object_sha256"):
             return  # a bcc source has no object to keep
-        self.store.keep(source, record["object_sha256"], self.owner)
+        self.store.keep(source, record["object_sha256"], self.owner, data)
         previous = record.get("previous") or {}
         self.store.keep_if_unchanged(previous.get("object"), previous.get("object_sha256"), self.owner)
 

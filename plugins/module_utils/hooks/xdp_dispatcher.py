@@ -186,7 +186,7 @@ class XdpDispatcherHook:
             self._check_chained(prog.info()["id"], mode)
             return Attachment(HELD_BY_DISPATCHER, mode, None, self._extra())
         loaded = self.pending
-        with _bpf.BpfObject(loaded.path) as obj:
+        with _bpf.BpfObject(loaded.path, loaded.data) as obj:  # the bytes the converger checked and loaded
             _loader.as_hook(obj, loaded.name, "xdp")  # an untyped section's program, as the converger loaded it
             _loader.prepare(obj, loaded.name, loaded.constants, loaded.maps_dir)
             with _libxdp.Component.from_object(obj, loaded.name) as component:

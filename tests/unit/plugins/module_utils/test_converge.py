@@ -213,7 +213,8 @@ def obj(tmp_path):
 def converge(hook, obj, check_mode=False, loaded=(30, "cc", "d1"), **desired):
     loads = []
 
-    def load(path, program, prog_type, constants, maps_dir=None, load_as=None, section=None):
+    def load(path, program, prog_type, constants, maps_dir=None, load_as=None, section=None,
+             data=None):  # pylint: disable=unused-argument
         loads.append(maps_dir)
         return FakeLoaded(*loaded)
 

@@ -21,7 +21,8 @@ Bytecode is code: it is loaded only from a directory and a file that belong
 to the user running the module and that no one else may write (a root-owned
 0700 directory when run as root). Anything else (no such directory and no
 right to make one, another owner, a broken file) and the module compiles as
-before; the cache never fails a module run. Outside a zip (unit tests,
+before; the cache never fails a module run. A check-mode run reads the cache and writes nothing (it changes
+nothing on the host, files included). Outside a zip (unit tests,
 ansible-test's import test, a module run from a checkout) nothing changes.
 """
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import importlib.abc
 import importlib.util
+import json
 import marshal
 import os
 import stat
@@ -123,7 +125,23 @@ def _read(path: str, cache_dir: str):
         return None
 
 
+def _check_mode() -> bool:
+    """Whether this module run is in check mode, which leaves the host as it found it: the cache is then read,
+    never written. Ansible's wrapper hands the arguments to ansible.module_utils.basic before the module runs;
+    arguments that cannot be read count as check mode (nothing written)."""
+    basic = sys.modules.get("ansible.module_utils.basic")
+    arguments = getattr(basic, "_ANSIBLE_ARGS", None)
+    if not arguments:
+        return True
+    try:
+        return bool(json.loads(arguments)["ANSIBLE_MODULE_ARGS"].get("_ansible_check_mode", False))
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return True
+
+
 def _write(path: str, code, cache_dir: str, prefix: str) -> None:
+    if _check_mode():
+        return
     try:
         # Written as every file of the collection is (host/files): no link followed, a directory that is the
         # user's alone (made 0700), the file 0600; an untrusted directory is refused there, and skipped here.

@@ -4,7 +4,8 @@ test_verified_objects.py compare one taken before a case with one taken after it
 What a failed case could leave behind, wherever the modules put things: programs on every hook (XDP, tcx
 links, tc filters of any kind, their actions too), qdiscs (a clsact added for a filter that then failed),
 kernel modules (pktgen, act_bpf loaded for a run refused later), and files (pins and their map contents, locks,
-objects, the compile cache).
+objects, the compile cache, and the collection's directories on the host: /var/cache/ebpf_xdp, bytecode cache
+included, and /var/lib/ebpf_xdp).
 """
 
 import errno
@@ -16,6 +17,10 @@ from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _net
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, pins as _pins
 
 LOCK_DIR = _pins.LOCK_DIR
+# The host's own directories the collection writes by default, whatever the case names: the compile cache and
+# the module_utils bytecode cache (/var/cache/ebpf_xdp), the object store and shipped sources (/var/lib/ebpf_xdp).
+# The pins and the locks are in the snapshot by namespace; the cases' own objects and cache by `where`.
+COLLECTION_DIRS = ("/var/cache/ebpf_xdp", "/var/lib/ebpf_xdp")
 TCX = {"tcx_ingress": _bpf.BPF_TCX_INGRESS, "tcx_egress": _bpf.BPF_TCX_EGRESS}
 
 
@@ -27,7 +32,8 @@ def snapshot(where, pins_by_object=False):
             "modules": kernel_modules(),
             "pins": tree(where["pin_root"], pinned="by object" if pins_by_object else True),
             "locks": {ns: tree(os.path.join(LOCK_DIR, ns)) for ns in where["namespaces"]},
-            "objects": tree(where["objects"]), "cache": tree(where["cache"])}
+            "objects": tree(where["objects"]), "cache": tree(where["cache"]),
+            "collection_dirs": {top: tree(top) for top in COLLECTION_DIRS}}
 
 
 def programs(ns):

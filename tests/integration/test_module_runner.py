@@ -6,8 +6,14 @@ Ansible adds. This is what lets the kernel tests skip the controller.
 """
 
 import json
+import os
+import shutil
+
+import pytest
 
 from conftest import ModuleRunner, sh
+
+from ansible_collections.ebpf.xdp.plugins.module_utils import _bytecode
 
 # Added by Ansible's task executor and action plugin around the module's own result.
 ANSIBLE_ONLY = {"_ansible_no_log", "action", "deprecations", "exception"}
@@ -59,3 +65,26 @@ def test_direct_and_ansible_runs_report_the_same(python, pair, drop_obj, pin_roo
     sh("ip", "-n", pair.tx, "link", "set", "dev", "eth0", "xdpgeneric", "obj", drop_obj, "sec", "xdp")
     left = both(python, pin_root, "xdp_program", dict(interface="eth0", netns=pair.tx, state="absent"))
     assert left["changed"] is False and any("not managed by ebpf.xdp" in w for w in left["warnings"]), left
+
+
+@pytest.mark.quiet  # moves the host's bytecode cache aside for a moment: no other run through Ansible beside it
+def test_a_check_mode_run_through_ansible_writes_no_bytecode(python, pair, drop_obj, pin_root):
+    """Through Ansible (the module_utils come from its zip, so _bytecode is active): a check-mode task writes no
+    bytecode cache (/var/cache/ebpf_xdp/bytecode is not even made); the same task for real writes it."""
+    cache = _bytecode.CACHE_DIR
+    aside = cache + ".aside-%d" % os.getpid()
+    had = os.path.isdir(cache)
+    if had:
+        os.rename(cache, aside)
+    try:
+        run = ModuleRunner(python, pin_root, via_ansible=True)
+        args = dict(interface="eth0", netns=pair.rx, object=drop_obj)
+        planned = run("xdp_program", args, check=True)
+        assert planned["changed"] and not planned.get("failed"), planned
+        assert not os.path.exists(cache), os.listdir(cache)
+        attached = run("xdp_program", args)
+        assert attached["changed"] and os.listdir(cache), "a run that is not in check mode keeps the bytecode"
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+        if had:
+            os.rename(aside, cache)

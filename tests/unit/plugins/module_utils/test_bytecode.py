@@ -1,6 +1,7 @@
 """_bytecode: module_utils imported from a zip load from bytecode kept in a trusted directory."""
 
 import builtins
+import json
 import os
 import sys
 import traceback
@@ -8,12 +9,22 @@ import zipfile
 
 import pytest
 
+from ansible.module_utils import basic
+
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bytecode
 
 
+def module_arguments(monkeypatch, check_mode):
+    """What Ansible's wrapper hands ansible.module_utils.basic before a module runs (its arguments)."""
+    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", json.dumps(
+        {"ANSIBLE_MODULE_ARGS": {"_ansible_check_mode": check_mode}}).encode())
+
+
 @pytest.fixture
-def zipped(tmp_path):
-    """A package cachedpkg in a zip on sys.path, and a finder for it with its cache in tmp_path/cache."""
+def zipped(tmp_path, monkeypatch):
+    """A package cachedpkg in a zip on sys.path, and a finder for it with its cache in tmp_path/cache; the
+    module run it is part of is not in check mode."""
+    module_arguments(monkeypatch, check_mode=False)
     archive = tmp_path / "modlib.zip"
     with zipfile.ZipFile(archive, "w") as zf:
         zf.writestr("cachedpkg/__init__.py", "")
@@ -94,3 +105,20 @@ def test_outside_a_zip_the_finder_changes_nothing(tmp_path):
     assert spec is None or not isinstance(spec.loader, _bytecode.CachedZipLoader)
     assert finder.find_spec("other", None) is None
     assert not (tmp_path / "cache").exists()
+
+
+def test_a_check_mode_run_reads_the_cache_and_writes_nothing(zipped, monkeypatch):
+    """Check mode changes nothing on the host, files included: no cache directory, no entry; a later run
+    that is not in check mode writes them, and a check-mode run then uses them."""
+    module_arguments(monkeypatch, check_mode=True)
+    assert fresh_import().VALUE == 42
+    assert not zipped.exists()
+    monkeypatch.setattr(basic, "_ANSIBLE_ARGS", None)  # arguments not known: as check mode
+    assert fresh_import().VALUE == 42 and not zipped.exists()
+    module_arguments(monkeypatch, check_mode=False)
+    fresh_import()
+    entries = sorted(os.listdir(zipped))
+    assert len(entries) == 2, entries
+    module_arguments(monkeypatch, check_mode=True)
+    compiled = counting_compile(monkeypatch)
+    assert fresh_import().VALUE == 42 and compiled == [] and sorted(os.listdir(zipped)) == entries

@@ -312,3 +312,43 @@ char _license[] SEC("license") = "GPL";
     assert (item["btf"], item["key_type"], item["value_type"]) == (False, "a 6-byte key", "a 12-byte value")
     assert item["entries"] == [{"key": {"hex": "010203040506"}, "value": {"hex": "07" + "00" * 11}}], item
     assert os.path.exists(attached["maps"]["raw"])
+
+
+def test_a_map_whose_btf_the_kernel_refuses_reads_by_its_sizes(run, pair, tmp_path):
+    """Malformed BTF: a value nested 33 structs deep, past the kernel's limit (the kernel refuses the object's
+    BTF with E2BIG, and libbpf loads the object without it, as bpftool does). The program attaches, and the facts
+    read its map by its sizes (btf: false), without a failure or a traceback, and change nothing."""
+    nested = "".join("struct l%d { struct l%d in; };\n" % (level, level - 1) for level in range(1, 33))
+    source = tmp_path / "deep.bpf.c"
+    source.write_text(r"""
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+struct l0 { __u64 packets; };
+%s
+struct { __uint(type, BPF_MAP_TYPE_ARRAY); __type(key, __u32); __type(value, struct l32); __uint(max_entries, 1); }
+    deep SEC(".maps");
+SEC("xdp")
+int xdp_deep(struct xdp_md *ctx)
+{
+    __u32 key = 0;
+    struct l32 *value = bpf_map_lookup_elem(&deep, &key);
+    if (value)
+        __sync_fetch_and_add((__u64 *)value, 1);
+    return XDP_PASS;
+}
+char _license[] SEC("license") = "GPL";
+""" % nested)
+    obj = compile_bpf(source, tmp_path / "deep.o")
+    attached = run("xdp_program", dict(interface="eth0", netns=pair.rx, object=obj, program="xdp_deep"))
+    assert not attached.get("failed"), attached
+    pair.burst(run, count=3, protocols=["udp"])
+    before = sh("bpftool", "-j", "map", "dump", "pinned", attached["maps"]["deep"]).stdout
+    facts = run("xdp_facts", dict(netns=pair.rx))
+    assert not facts.get("failed") and "Traceback" not in json.dumps(facts), facts
+    item = decoded(facts, "deep")
+    assert (item["btf"], item["key_type"], item["value_type"]) == (False, "a 4-byte key", "a 8-byte value"), item
+    # Every frame counted (3 sent; a frame of the kernel's own may come too), as bpftool reads the bytes.
+    [raw] = json.loads(before)
+    assert item["entries"] == [{"key": 0, "value": int.from_bytes(bytes(int(b, 16) for b in raw["value"]), "little")}]
+    assert item["entries"][0]["value"] >= 3, item
+    assert sh("bpftool", "-j", "map", "dump", "pinned", attached["maps"]["deep"]).stdout == before

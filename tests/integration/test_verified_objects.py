@@ -190,3 +190,19 @@ def test_a_compile_cache_others_can_write_is_refused(run_distro, tmp_path, plant
     assert res.get("failed") and not res["changed"], res
     assert res["msg"] == why + "; nothing was compiled or installed", res
     assert os.listdir(cache) == [] and not dest.exists()
+
+
+@pytest.mark.parametrize("check", [True, False], ids=["check", "run"])
+def test_a_store_others_can_write_is_refused_before_anything_changes(run_distro, pair, objects, tmp_path, check):
+    """The store keeps code the kernel will run (revision: previous loads it): a program task that would keep
+    its object in a store another user can write is refused before it loads or attaches anything."""
+    store = tmp_path / "store"
+    store.mkdir()
+    os.chmod(store, 0o777)
+    res = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=objects["xdp_drop_count"]["path"],
+                                         object_store=str(store)), check=check)
+    assert res.get("failed") and not res["changed"], res
+    assert res["msg"] == ("object store %s is not trusted: %s is writable by its group or by others (mode 0777); "
+                          "another user could replace what is written there (make it uid 0's and writable by it "
+                          "alone, or use another directory); nothing was changed" % (store, store)), res
+    assert os.listdir(store) == [] and xdp_attached(pair.rx) == {}

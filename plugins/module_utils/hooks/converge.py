@@ -499,6 +499,9 @@ class Converger:
                 "it is left in place. Set force: true to replace it"
                 % (self.hook.ifname, self.hook.label, observed.name, observed.prog_id, observed.tag,
                    self.hook.placement_key, observed.placement))
+        if self.desired.object_store and identity.get("object_sha256"):
+            # The store this change will keep the object in: refused before anything changes, in check mode too.
+            _revisions.ObjectStore(self.desired.object_store).check(make=False)
         if self.check_mode:
             return self._preview(observed, identity, before)
         return self._apply(observed, identity, before)

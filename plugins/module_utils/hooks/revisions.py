@@ -261,14 +261,18 @@ class ObjectStore:
                 self._copy(source, digest)
             self._reference(digest, owner)
 
-    def check(self) -> None:
+    def check(self, make: bool = True) -> None:
         """Refuse (RevisionError) a store directory another user owns or can write, or a link; make it (0700)
-        when missing."""
+        when missing (make=False: a missing one is fine, nothing is made: check mode's question)."""
         try:
-            os.close(_files.open_directory(self.directory, 0o700))
+            if make:
+                os.close(_files.open_directory(self.directory, 0o700))
+            else:
+                _files.trusted_directory(self.directory, "object store")
         except _files.UnsafePathError as exc:
-            raise RevisionError("object store %s is not trusted: %s" % (self.directory, str(exc).replace(
-                "refusing to write in %s: " % os.path.abspath(self.directory), ""))) from None
+            raise RevisionError("object store %s is not trusted: %s; nothing was changed" % (
+                self.directory, str(exc).replace("refusing to write in %s: " % os.path.abspath(self.directory), "")
+                .replace("object store %s is not trusted: " % self.directory, ""))) from None
 
     def verified(self, digest: str, what: str) -> bytes:
         """The bytes kept as `digest`, checked before anything of them is loaded: the store is the module

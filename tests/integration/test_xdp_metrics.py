@@ -732,3 +732,116 @@ def test_dashboard_queries_are_valid_promql(workdir):
         yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}, out)
     proc = subprocess.run(["promtool", "check", "rules", path], capture_output=True, text=True, check=False)
     assert proc.returncode == 0 and "SUCCESS: %d rules found" % len(rules) in proc.stdout, proc.stdout + proc.stderr
+
+
+# ---------------------------------------------------------------- the systemd unit
+
+
+UNIT_TEMPLATE = os.path.join(ROOT, "roles", "xdp_metrics", "templates", "ebpf-xdp-metrics.service.j2")
+MAX_EXPOSURE = 4.5
+
+
+def render_unit(workdir, **role_vars):
+    """The role's systemd unit for role_vars (over its defaults), rendered by Ansible's template module: its
+    path. systemd is not PID 1 here, so the unit is judged offline and its limits are applied by hand."""
+    role = os.path.join(ROOT, "roles", "xdp_metrics")
+    unit = os.path.join(workdir, "%s.service" % role_vars.get("xdp_metrics_service_name", "ebpf-xdp-metrics"))
+    play = [{"hosts": "localhost", "gather_facts": False,
+             "vars_files": [os.path.join(role, "defaults", "main.yml"), os.path.join(role, "vars", "main.yml")],
+             "vars": {"role_path": role},
+             "tasks": [{"name": "Render the unit", "ansible.builtin.template": {"src": UNIT_TEMPLATE, "dest": unit}}]}]
+    playbook = os.path.join(workdir, "unit.yml")
+    with open(playbook, "w", encoding="utf-8") as out:
+        yaml.safe_dump(play, out)
+    # Extra vars: above vars_files, as inventory values are above a role's defaults.
+    ansible_playbook("-i", "localhost,", "-c", "local", playbook,
+                     extra_vars=[dict(role_vars, ansible_python_interpreter=SYSTEM_PYTHON)])
+    return unit
+
+
+def unit_directives(path):
+    """{directive: [values]} of a unit's [Service] section."""
+    found, section = {}, None
+    with open(path, encoding="utf-8") as src:
+        for line in src:
+            line = line.strip()
+            if line.startswith("["):
+                section = line
+            elif section == "[Service]" and "=" in line and not line.startswith("#"):
+                key, _sep, val = line.partition("=")
+                found.setdefault(key, []).append(val)
+    return found
+
+
+def exposure(unit):
+    """systemd-analyze's overall exposure of the unit (0 safe .. 10 unsafe), judged offline."""
+    proc = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--no-pager", unit], capture_output=True,
+                          text=True, check=False)
+    match = re.search(r"Overall exposure level for \S+: ([0-9.]+)", proc.stdout)
+    assert match, proc.stdout + proc.stderr
+    return float(match.group(1))
+
+
+def test_systemd_unit_is_hardened(workdir):
+    unit = render_unit(workdir)
+    directives = unit_directives(unit)
+    for key, val in (("NoNewPrivileges", "yes"), ("ProtectSystem", "strict"), ("ProtectHome", "yes"),
+                     ("PrivateTmp", "yes"), ("ProtectKernelModules", "yes"), ("ProtectKernelTunables", "yes"),
+                     ("ProtectControlGroups", "yes"), ("SystemCallArchitectures", "native"),
+                     ("RestrictNamespaces", "net"), ("CapabilityBoundingSet", "CAP_SYS_ADMIN"),
+                     ("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6 AF_NETLINK"),
+                     ("RuntimeDirectory", "ebpf_xdp"), ("RuntimeDirectoryPreserve", "yes")):
+        assert directives.get(key) == [val], (key, directives.get(key))
+    assert "ReadWritePaths" not in directives  # http mode writes nothing but its pid file
+    score = exposure(unit)
+    print("systemd-analyze security exposure of the http unit: %.1f" % score)
+    assert score <= MAX_EXPOSURE, score
+
+    # textfile mode may write its directory, and a pid directory outside /run is named as such.
+    textdir = os.path.join(workdir, "textfile")
+    unit = render_unit(workdir, xdp_metrics_mode="textfile", xdp_metrics_textfile_dir=textdir,
+                       xdp_metrics_run_dir="/var/run-elsewhere/ebpf", xdp_metrics_service_name="textfile")
+    directives = unit_directives(unit)
+    assert directives["ReadWritePaths"] == ["/var/run-elsewhere/ebpf", textdir], directives
+    assert "RuntimeDirectory" not in directives
+    score = exposure(unit)
+    print("systemd-analyze security exposure of the textfile unit: %.1f" % score)
+    assert score <= MAX_EXPOSURE, score
+
+
+def bounded_once(pin_root, caps, read_only_bpffs=True):
+    """One --once exposition of the checkout's exporter run as the unit runs it: root with only `caps` (its
+    CapabilityBoundingSet, as systemd bounds it), no new privileges, writable+executable memory denied
+    (prctl PR_SET_MDWE, what MemoryDenyWriteExecute= asks of seccomp), and bpffs mounted read-only
+    (ProtectSystem=strict): (exit code, stdout, stderr)."""
+    config = {"service": "bounded", "pin_root": pin_root, "port": 9, "pid_file": "/dev/null"}
+    exporter = os.path.join(ROOT, "roles", "xdp_metrics", "files", "ebpf_xdp_exporter.py")
+    inner = ("import ctypes, os, sys\n"
+             "assert ctypes.CDLL(None, use_errno=True).prctl(65, 1, 0, 0, 0) == 0, 'PR_SET_MDWE'\n"
+             "os.execv(sys.executable, [sys.executable, '-s', %r, '--config', '/dev/null', '--config-json', %r, "
+             "'--once'])\n" % (exporter, json.dumps(config)))
+    bounded = ["setpriv", "--no-new-privs", "--inh-caps=-all",
+               "--bounding-set", ",".join(["-all"] + ["+" + cap.lower()[len("cap_"):] for cap in caps]),
+               SYSTEM_PYTHON, "-c", inner]
+    script = "mount --make-rprivate / && %s exec \"$@\"" % (
+        "mount -o remount,bind,ro /sys/fs/bpf &&" if read_only_bpffs else "")
+    proc = subprocess.run(["unshare", "-m", "sh", "-c", script, "sh"] + bounded, capture_output=True, text=True,
+                          check=False, env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".build", "collections")))
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_the_units_one_capability_reads_every_namespace_and_none_is_not_enough(pair, run, drop_obj, workdir,
+                                                                               pin_root):
+    caps = unit_directives(render_unit(workdir))["CapabilityBoundingSet"][0].split()
+    attach(run, pair, drop_obj)
+    sent = pair.burst(run, count=100, protocols=("udp",))["sent"]["udp"]
+    code, page, err = bounded_once(pin_root, caps)
+    assert code == 0, err
+    assert value(page, "ebpf_xdp_netns_up", netns=pair.rx) == 1, err
+    assert value(page, "ebpf_xdp_packets_total", netns=pair.rx, proto="udp") == sent
+    # The initial namespace is still called host although /proc/1/ns/net cannot be read without CAP_SYS_PTRACE.
+    assert value(page, "ebpf_xdp_netns_up", netns="host") == 1
+    # Without it, the namespace cannot be entered: down, and said why.
+    code, page, err = bounded_once(pin_root, [])
+    assert code == 0 and value(page, "ebpf_xdp_netns_up", netns=pair.rx) == 0, page
+    assert "setns /run/netns/%s: Operation not permitted" % pair.rx in err, err

@@ -76,6 +76,7 @@ MODES = ("http", "textfile")
 HOST_KEY = "host"
 OWNER = "ebpf.xdp"  # the owner of a program with the collection's ownership record (_observed.OWNER)
 NETNS_RUN_DIR = "/run/netns"
+INIT_NET_INODE = 0xEFFFFFF9  # the kernel's inode number of the initial network namespace (PROC_NET_INIT_INO)
 PROTOCOL_MAP = "proto_count"
 # The multicast programs' per-group counters (_devmap.MAPS), shared by every port of a map set: exported once
 # per group as ebpf_xdp_group_*, not once per port as generic counters.
@@ -293,6 +294,10 @@ def own_namespace() -> tuple[str, str | None]:
     """(key, path that names it) of the namespace this process runs in; path None when nothing names it."""
     from ansible_collections.ebpf.xdp.plugins.module_utils.host import (  # pylint: disable=import-outside-toplevel
         netns as _netns)
+    if _ns_inode("/proc/self/ns/net") == INIT_NET_INODE:
+        # Under the systemd unit /proc/1/ns/net, which netns_key compares with, cannot be read (ptrace
+        # access to PID 1 would need CAP_SYS_PTRACE): the initial namespace is known by its inode instead.
+        return HOST_KEY, None
     key = _netns.netns_key()
     if key == HOST_KEY:
         return key, None

@@ -6,151 +6,131 @@
 
 Role argument specs have no patterns (ansible-core 2.19 validates type,
 choices and required only), so the roles that build commands from inventory
-values (lab, benchmark) assert on this filter's answer before they change
-anything: an empty list, or one message per bad value naming it and why.
+values assert on this filter's answer before they change anything: an empty
+list, or one message per bad value naming it and why.
 
-The interface and namespace rules are the kernel's and `ip netns`'s (the
-same as the modules'); when module_utils/host/names.py lands they should
-come from there instead of being kept twice.
+Interface names, namespace names and roots are checked by the modules' own
+validators (module_utils/host/names), so a role and a module refuse the same
+values with the same words. A role adds what its commands need on top: no
+whitespace in a namespace name (it is a word of a command line), a path
+already normalised (the role removes exactly what it names), and, for
+`ip -batch` input, none of the characters that input reads as syntax.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import json
-import posixpath
 import re
 
 from ansible.errors import AnsibleFilterError
 
-IFNAMSIZ = 16
-NAME_MAX = 255
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import names
+
 # Characters iproute2's `ip -batch` reads as syntax rather than as part of a word: quotes start a quoted word,
 # '#' starts a comment anywhere on the line, a '\' at the end of a line joins the next one.
 IP_BATCH_SYNTAX = "\"'#\\"
 KINDS = ("interface", "netns", "sysctl", "path", "mac", "ipv4", "ipv4_prefix")
-LABELS = {"interface": "an interface name", "netns": "a network namespace name", "sysctl": "a sysctl name",
-          "path": "a path", "mac": "a MAC address", "ipv4": "an IPv4 address", "ipv4_prefix": "ADDRESS/PREFIXLEN"}
 MAC = re.compile(r"[0-9A-Fa-f]{2}(:[0-9A-Fa-f]{2}){5}")
 DOTTED_QUAD = re.compile(r"[0-9]{1,3}(\.[0-9]{1,3}){3}")
 
 
-def _common(name, longest):
-    if not isinstance(name, str):
-        return "is a %s, not a string" % type(name).__name__
-    if name == "":
-        return "is empty"
-    if "\0" in name:
-        return "holds a NUL byte"
+def _shown(option, value):
+    return "%s %r" % (option, value)
+
+
+def interface_error(name, option):
+    """The modules' refusal of `name` as a network interface name, or None."""
+    try:
+        names.check_interface(name, option)
+    except names.BadNameError as exc:
+        return str(exc)
+    return None
+
+
+def netns_error(name, option):
+    """The modules' refusal of `name` as a network namespace name, or None; whitespace refused too (a namespace
+    name is a word of the roles' commands)."""
+    try:
+        names.check_netns(name, option)
+    except names.BadNameError as exc:
+        return str(exc)
     if any(c.isspace() for c in name):
-        return "holds whitespace"
-    if len(name.encode("utf-8", "surrogateescape")) > longest:
-        return "is longer than %d bytes" % longest
+        return "%s is not a network namespace name a role can use: it holds whitespace" % _shown(option, name)
     return None
 
 
-def interface_problem(name):
-    """Why the kernel would refuse `name` as a network interface name (dev_valid_name), or None."""
-    problem = _common(name, IFNAMSIZ - 1)
-    if problem:
-        return problem
-    if name in (".", ".."):
-        return "is '.' or '..'"
-    if "/" in name or ":" in name:
-        return "holds '/' or ':'"
-    return None
-
-
-def netns_problem(name):
-    """Why `name` is not a network namespace name (one file name under /run/netns), or None."""
-    problem = _common(name, NAME_MAX)
-    if problem:
-        return problem
-    if name in (".", ".."):
-        return "is '.' or '..'"
-    if "/" in name:
-        return "holds '/'"
-    return None
-
-
-def sysctl_problem(name):
+def sysctl_error(name, option):
     """Why `name` is not a dotted sysctl name that stays where it says, or None.
 
     sysctl(8) swaps '.' and '/' to make the path under /proc/sys (a '/' is how
     an interface name's dot is written), so a part '//' would become '..' and
     climb out: net.//.kernel.x is kernel.x.
     """
-    problem = _common(name, NAME_MAX)
-    if problem:
-        return problem
-    if "=" in name:
-        return "holds '='"
+    if not isinstance(name, str) or not name or any(c.isspace() or c in "=\0" for c in name):
+        return "%s is not a sysctl name: it is empty or holds whitespace, '=' or NUL" % _shown(option, name)
     if any(part in ("", "/", "//") for part in name.split(".")):
-        return "has an empty part, or a part that sysctl would read as '.' or '..'"
+        return "%s is not a sysctl name: it has an empty part, or a part that sysctl would read as '.' or '..'" % (
+            _shown(option, name))
     return None
 
 
-def path_problem(path, under=None):
-    """Why `path` is not an absolute, normalised path (strictly below `under` when given), or None."""
-    if not isinstance(path, str):
-        return "is a %s, not a string" % type(path).__name__
-    if "\0" in path or "\n" in path:
-        return "holds a NUL byte or a newline"
-    if not path.startswith("/"):
-        return "is not absolute"
-    if posixpath.normpath(path) != path or path.startswith("//"):
-        return "is not normalised (no '.', '..', '//' or trailing '/'; it reads as %s)" % posixpath.normpath(path)
+def path_error(path, option, under=None):
+    """The modules' refusal of `path` as a root (absolute, no '..', no control characters), or that it is not
+    normalised, or not strictly below `under`; None when it is fine."""
+    try:
+        normal = names.check_absolute(path, option)
+    except names.BadNameError as exc:
+        return str(exc)
+    if normal != path:
+        return "%s is not normalised (no '.', '//' or trailing '/'): give it as %s" % (_shown(option, path), normal)
     if under is not None:
-        if path_problem(under):
-            raise AnsibleFilterError("name_errors: under=%s %s" % (json.dumps(under), path_problem(under)))
-        if not path.startswith(under.rstrip("/") + "/"):
-            return "is not below %s" % under
+        if path_error(under, "under") is not None:
+            raise AnsibleFilterError("name_errors: %s" % path_error(under, "under"))
+        if path == under or not path.startswith(under.rstrip("/") + "/"):
+            return "%s is not below %s" % (_shown(option, path), under)
     return None
 
 
-def mac_problem(mac):
-    """Why `mac` is not six pairs of hex digits joined by colons, or None."""
+def mac_error(mac, option):
     if not isinstance(mac, str) or not MAC.fullmatch(mac):
-        return "is not six pairs of hex digits joined by colons"
+        return "%s is not a MAC address: six pairs of hex digits joined by colons" % _shown(option, mac)
     return None
 
 
-def ipv4_problem(address, prefix=False):
+def ipv4_error(address, option, prefix=False):
     """Why `address` is not a dotted-quad IPv4 address (with /PREFIXLEN when prefix), or None."""
-    if not isinstance(address, str):
-        return "is a %s, not a string" % type(address).__name__
-    quad, slash, length = address.partition("/")
-    form = "a dotted quad and /PREFIXLEN" if prefix else "a dotted quad"
+    form = "an IPv4 address and /PREFIXLEN" if prefix else "an IPv4 address"
+    quad, slash, length = address.partition("/") if isinstance(address, str) else ("", "", "")
     if not DOTTED_QUAD.fullmatch(quad) or bool(slash) != prefix or (prefix and not length.isdigit()):
-        return "is not " + form
+        return "%s is not %s" % (_shown(option, address), form)
     try:
         ipaddress.IPv4Interface(address) if prefix else ipaddress.IPv4Address(address)
     except ValueError as exc:
-        return "is not %s (%s)" % (form, exc)
+        return "%s is not %s (%s)" % (_shown(option, address), form, exc)
     return None
 
 
-def name_errors(names, kind, what=None, ip_batch=False, under=None):
-    """One message per bad name of `names` (a string or a list of them); [] when all are fine."""
+def name_errors(values, kind, what=None, ip_batch=False, under=None):
+    """One message per bad value of `values` (a value or a list of them); [] when all are fine."""
     if kind not in KINDS:
-        raise AnsibleFilterError("name_errors: kind must be one of %s, not %s" % (", ".join(KINDS), json.dumps(kind)))
-    if isinstance(names, str) or not isinstance(names, (list, tuple)):
-        names = [names]
-    label = LABELS[kind]
+        raise AnsibleFilterError("name_errors: kind must be one of %s, not %r" % (", ".join(KINDS), kind))
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__iter__"):
+        values = [values]
+    option = what or kind
     errors = []
-    for name in names:
+    for value in values:
         if kind == "path":
-            problem = path_problem(name, under)
+            error = path_error(value, option, under)
         elif kind in ("ipv4", "ipv4_prefix"):
-            problem = ipv4_problem(name, prefix=kind == "ipv4_prefix")
+            error = ipv4_error(value, option, prefix=kind == "ipv4_prefix")
         else:
-            problem = {"interface": interface_problem, "netns": netns_problem, "sysctl": sysctl_problem,
-                       "mac": mac_problem}[kind](name)
-        if problem is None and ip_batch and any(c in IP_BATCH_SYNTAX for c in name):
-            problem = "holds one of %s, which ip -batch reads as syntax" % " ".join(IP_BATCH_SYNTAX)
-        if problem is not None:
-            shown = json.dumps(name) if isinstance(name, str) else repr(name)
-            errors.append("%s%s is not %s: it %s" % (what + " " if what else "", shown, label, problem))
+            error = {"interface": interface_error, "netns": netns_error, "sysctl": sysctl_error,
+                     "mac": mac_error}[kind](value, option)
+        if error is None and ip_batch and any(c in IP_BATCH_SYNTAX for c in value):
+            error = "%s holds one of %s, which ip -batch reads as syntax" % (
+                _shown(option, value), " ".join(IP_BATCH_SYNTAX))
+        if error is not None:
+            errors.append(error)
     return errors
 
 

@@ -19,6 +19,11 @@ import yaml
 from conftest import ROOT, ansible_playbook, task_results
 
 PLAYBOOKS = os.path.join(ROOT, "playbooks")
+# The modules' words (module_utils/host/names), which the roles' checks use.
+IFNAME = "is not an interface name: 1 to 15 bytes without '/', ':', whitespace or control characters, and not '.' " \
+         "or '..'"
+NETNS = "is not a network namespace name (a name under /run/netns, as `ip netns list` shows; no '/', not '.' or " \
+        "'..', no control characters, at most 255 bytes)"
 CHECK = "Check the names and addresses of the topology"
 
 
@@ -80,8 +85,8 @@ def test_namespace_name_with_a_space_is_refused(topology, playbook, check):
     topology.vars["lab_namespaces"][1] = bad
     topology.vars["lab_links"][0]["b"]["netns"] = bad
     msg = refused(topology, playbook, check)
-    assert msg == 'lab: lab_namespaces "%s" is not a network namespace name: it holds whitespace. Nothing was ' \
-                  "changed." % bad, msg
+    assert msg == "lab: lab_namespaces %r is not a network namespace name a role can use: it holds whitespace. " \
+                  "Nothing was changed." % bad, msg
 
 
 @pytest.mark.parametrize("playbook", ["lab_up.yml", "lab_down.yml"])
@@ -92,29 +97,32 @@ def test_namespace_name_with_a_newline_is_refused(topology, playbook):
     topology.vars["lab_namespaces"][1] = bad
     topology.vars["lab_links"][0]["b"]["netns"] = bad
     msg = refused(topology, playbook)
-    assert 'lab_namespaces "%s\\nnetns add %s-evil" is not a network namespace name: it holds whitespace' % (
-        topology.receiver, topology.tag) in msg, msg
+    assert msg == "lab: lab_namespaces %r %s. Nothing was changed." % (bad, NETNS), msg
     assert not os.path.exists("/run/netns/%s-evil" % topology.tag)
 
 
 @pytest.mark.parametrize("where,value,said", [
-    (("lab_links", 0, "a", "ifname"), "eth0 up", 'lab_links ifname "eth0 up" is not an interface name: it holds '
-                                                 'whitespace'),
-    (("lab_links", 0, "a", "ifname"), "eth0#x", 'lab_links ifname "eth0#x" is not an interface name: it holds one '
-                                                'of " \' # \\, which ip -batch reads as syntax'),
-    (("lab_links", 0, "a", "ifname"), "a23456789012345x", 'is not an interface name: it is longer than 15 bytes'),
-    (("lab_links", 0, "a", "ifname"), "..", 'lab_links ifname ".." is not an interface name: it is \'.\' or \'..\''),
+    (("lab_links", 0, "a", "ifname"), "eth0 up", "lab_links ifname 'eth0 up' " + IFNAME),
+    (("lab_links", 0, "a", "ifname"), "eth0#x",
+     "lab_links ifname 'eth0#x' holds one of \" ' # \\, which ip -batch reads as syntax"),
+    (("lab_links", 0, "a", "ifname"), "a23456789012345x", "lab_links ifname 'a23456789012345x' " + IFNAME),
+    (("lab_links", 0, "a", "ifname"), "..", "lab_links ifname '..' " + IFNAME),
     # Before the check, this MAC made the namespace <tag>-evil (`ip -batch` read its second line as a command).
     (("lab_links", 0, "b", "mac"), "02:00:00:00:82:01\nnetns add {tag}-evil",
-     'lab_links mac "02:00:00:00:82:01\\nnetns add {tag}-evil" is not a MAC address'),
-    (("lab_links", 0, "b", "ipv4"), "10.97.0.2/24\n", 'lab_links ipv4 "10.97.0.2/24\\n" is not ADDRESS/PREFIXLEN'),
-    (("lab_namespaces", 0), "..", 'lab_namespaces ".." is not a network namespace name'),
-    (("lab_namespaces", 0), "../../etc", 'lab_namespaces "../../etc" is not a network namespace name: it holds \'/\''),
+     "lab_links mac '02:00:00:00:82:01\\nnetns add {tag}-evil' is not a MAC address: six pairs of hex digits joined "
+     "by colons"),
+    (("lab_links", 0, "b", "ipv4"), "10.97.0.2/24\n",
+     "lab_links ipv4 '10.97.0.2/24\\n' is not an IPv4 address and /PREFIXLEN"),
+    (("lab_namespaces", 0), "..", "lab_namespaces '..' " + NETNS),
+    (("lab_namespaces", 0), "../../etc", "lab_namespaces '../../etc' " + NETNS),
     (("lab_pin_root",), "/sys/fs/bpf/../../..",
-     'lab_pin_root "/sys/fs/bpf/../../.." is not a path: it is not normalised'),
-    (("lab_pin_root",), "relative/pins", 'lab_pin_root "relative/pins" is not a path: it is not absolute'),
+     "lab_pin_root '/sys/fs/bpf/../../..' has a '..' component: give the path it means without one"),
+    (("lab_pin_root",), "/sys/fs/bpf/", "lab_pin_root '/sys/fs/bpf/' is not normalised (no '.', '//' or trailing "
+                                        "'/'): give it as /sys/fs/bpf"),
+    (("lab_pin_root",), "relative/pins", "lab_pin_root 'relative/pins' is not an absolute path: give it from / (a "
+                                         "relative path depends on the directory the module runs in)"),
 ], ids=["ifname-space", "ifname-hash", "ifname-16", "ifname-dotdot", "mac-newline", "ipv4-newline", "netns-dotdot",
-        "netns-path", "pin-root-dotdot", "pin-root-relative"])
+        "netns-path", "pin-root-dotdot", "pin-root-slash", "pin-root-relative"])
 def test_bad_values_are_refused_by_name(topology, where, value, said):
     holder = topology.vars
     for key in where[:-1]:
@@ -124,7 +132,7 @@ def test_bad_values_are_refused_by_name(topology, where, value, said):
     if where == ("lab_namespaces", 0):
         topology.vars["lab_links"][0]["a"]["netns"] = value
     msg = refused(topology, "lab_up.yml" if where[0] != "lab_pin_root" else "lab_down.yml")
-    assert said in msg, msg
+    assert msg == "lab: %s. Nothing was changed." % said, msg
 
 
 def test_sysctl_climbing_out_of_net_is_refused(topology):
@@ -133,17 +141,21 @@ def test_sysctl_climbing_out_of_net_is_refused(topology):
         before = f.read()
     topology.vars["lab_sysctls"] = [{"netns": topology.sender, "name": "net.//.kernel.core_pattern", "value": "x"}]
     msg = refused(topology, "lab_up.yml")
-    assert 'lab_sysctls name "net.//.kernel.core_pattern" is not a sysctl name' in msg, msg
+    assert msg == "lab: lab_sysctls name 'net.//.kernel.core_pattern' is not a sysctl name: it has an empty part, or a " \
+                  "part that sysctl would read as '.' or '..'. Nothing was changed.", msg
     with open("/proc/sys/kernel/core_pattern") as f:
         assert f.read() == before
 
 
 def test_every_bad_value_is_told_at_once(topology):
-    topology.vars["lab_namespaces"] = [topology.sender + " x", topology.receiver + "\ty"]
+    topology.vars["lab_namespaces"] = [topology.sender + " x", topology.receiver + "\ny"]
     topology.vars["lab_links"][0]["a"]["netns"] = topology.sender + " x"
-    topology.vars["lab_links"][0]["b"].update(netns=topology.receiver + "\ty", ifname="eth 0")
+    topology.vars["lab_links"][0]["b"].update(netns=topology.receiver + "\ny", ifname="eth 0")
     msg = refused(topology, "lab_up.yml")
-    assert msg.count("holds whitespace") == 3, msg
+    assert msg == "lab: %s; %s; %s. Nothing was changed." % (
+        "lab_namespaces %r is not a network namespace name a role can use: it holds whitespace" % (
+            topology.sender + " x"),
+        "lab_namespaces %r %s" % (topology.receiver + "\ny", NETNS), "lab_links ifname 'eth 0' " + IFNAME), msg
 
 
 # ---------------------------------------------------------------- the benchmark role
@@ -153,15 +165,16 @@ BENCHMARK_CHECK = "Check the names, addresses and directory the benchmark uses"
 
 @pytest.mark.parametrize("extra,said", [
     ({"benchmark_objects_dir": "/var/lib/ebpf_xdp/../../../etc"},
-     'benchmark_objects_dir "/var/lib/ebpf_xdp/../../../etc" is not a path: it is not normalised (no \'.\', '
-     '\'..\', \'//\' or trailing \'/\'; it reads as /etc)'),
-    ({"benchmark_objects_dir": "var/lib/bench"}, 'benchmark_objects_dir "var/lib/bench" is not a path: it is not '
-                                                 'absolute'),
+     "benchmark_objects_dir '/var/lib/ebpf_xdp/../../../etc' has a '..' component: give the path it means without "
+     "one"),
+    ({"benchmark_objects_dir": "var/lib/bench"},
+     "benchmark_objects_dir 'var/lib/bench' is not an absolute path: give it from / (a relative path depends on the "
+     "directory the module runs in)"),
     ({"benchmark_drop": {"sender": "s", "sender_interface": "eth0; reboot", "receiver": "r",
                          "receiver_interface": "eth0", "receiver_netns": "rx\nx", "src_ip": "198.18.0.1",
                          "dst_ip": "198.18.0.2)"}},
-     'netns "rx\\nx" is not a network namespace name: it holds whitespace; interface "eth0; reboot" is not an '
-     'interface name: it holds whitespace; address "198.18.0.2)" is not an IPv4 address: it is not a dotted quad'),
+     "netns 'rx\\nx' " + NETNS + "; interface 'eth0; reboot' " + IFNAME + "; address '198.18.0.2)' is not an IPv4 "
+     "address"),
 ], ids=["objects-dir-dotdot", "objects-dir-relative", "names"])
 def test_benchmark_refuses_bad_names_and_directories(tmp_path, extra, said):
     """The benchmark's metrics/ under benchmark_objects_dir is removed at the end, and its names go into shell lines
@@ -194,8 +207,8 @@ def test_toolchain_refuses_a_bpffs_path_or_mode_that_would_rewrite_its_unit(tmp_
         "toolchain_bpffs_mode": "0700' ; touch %s ; '" % marker}])
     assert out["stats"]["localhost"]["failures"] == 1 and out["stats"]["localhost"]["changed"] == 0, out["stats"]
     msg = task_results(out, "Check the bpffs path and mode")["localhost"]["msg"]
-    assert msg.startswith('toolchain: toolchain_bpffs_path "/sys/fs/bpf-') and msg.endswith(". Nothing was changed.")
-    assert "is not a path: it holds a NUL byte or a newline" in msg, msg
+    assert msg.startswith("toolchain: toolchain_bpffs_path '/sys/fs/bpf-") and msg.endswith(". Nothing was changed.")
+    assert "is not a usable path: no control characters (newline, NUL, ...)" in msg, msg
     assert "holds a character other than letters, digits and _ . / @ + - (it is written into a systemd unit)" in msg
     assert 'toolchain_bpffs_mode "0700\' ; touch %s ; \'" is not an octal mode such as "0700"' % marker in msg, msg
     assert not marker.exists()
@@ -222,10 +235,10 @@ def test_xdp_metrics_refuses_names_and_paths_that_would_write_elsewhere(tmp_path
     msg = task_results(out, "Check the exporter's names and paths")["localhost"]["msg"]
     assert msg == (
         "xdp_metrics: xdp_metrics_service_name %s is not a service name (letters, digits, _ . @ -, first a letter "
-        "or digit, at most 200); xdp_metrics_netns \"../../proc/1/ns/net\" is not a network namespace name: it holds "
-        "'/'; xdp_metrics_install_dir \"lib/metrics\" is not a path: it is not absolute; xdp_metrics_config_dir "
-        "\"%s/etc/../..\" is not a path: it is not normalised (no '.', '..', '//' or trailing '/'; it reads as %s). "
-        "Nothing was changed." % (json.dumps(name), tmp_path, tmp_path.parent)), msg
+        "or digit, at most 200); xdp_metrics_netns '../../proc/1/ns/net' %s; xdp_metrics_install_dir 'lib/metrics' "
+        "is not an absolute path: give it from / (a relative path depends on the directory the module runs in); "
+        "xdp_metrics_config_dir '%s/etc/../..' has a '..' component: give the path it means without one. Nothing "
+        "was changed." % (json.dumps(name), NETNS, tmp_path)), msg
     assert os.listdir(tmp_path) == ["play.yml"] and not os.path.exists("lib")
     units = os.listdir("/etc/systemd/system") if os.path.isdir("/etc/systemd/system") else []
     assert [unit for unit in units if unit.startswith(name[:8])] == []
@@ -237,19 +250,18 @@ def test_xdp_metrics_refuses_names_and_paths_that_would_write_elsewhere(tmp_path
     ("pktgen_sender", "Check the interface and namespace names",
      {"pktgen_sender_interface": "eth0\nx", "pktgen_sender_netns": "a b", "pktgen_sender_src_ip": "10.0.0.1",
       "pktgen_sender_dst_ip": "10.0.0.2", "pktgen_sender_dst_mac": "ff:ff:ff:ff:ff:ff;x"},
-     'pktgen_sender: pktgen_sender_interface "eth0\\nx" is not an interface name: it holds whitespace; '
-     'pktgen_sender_netns "a b" is not a network namespace name: it holds whitespace. Nothing was sent.'),
+     "pktgen_sender: pktgen_sender_interface 'eth0\\nx' " + IFNAME + "; pktgen_sender_netns 'a b' is not a network "
+     "namespace name a role can use: it holds whitespace. Nothing was sent."),
     ("pktgen_receiver", "Check the interface and namespace names",
      {"pktgen_receiver_interfaces": ["eth0", "../x"], "pktgen_receiver_netns": ".."},
-     'pktgen_receiver: pktgen_receiver_interfaces "../x" is not an interface name: it holds \'/\' or \':\'; '
-     'pktgen_receiver_netns ".." is not a network namespace name: it is \'.\' or \'..\'. Nothing was changed.'),
+     "pktgen_receiver: pktgen_receiver_interfaces '../x' " + IFNAME + "; pktgen_receiver_netns '..' " + NETNS
+     + ". Nothing was changed."),
     ("traffic_check", "Check the interface and namespace names",
      {"traffic_check_interface": "eth0", "traffic_check_src_ip": "10.0.0.1", "traffic_check_dst_ip": "10.0.0.2",
       "traffic_check_receiver": "localhost", "traffic_check_receiver_interface": "a23456789012345x",
       "traffic_check_receiver_netns": "r\nx"},
-     'traffic_check: traffic_check_receiver_interface(s) "a23456789012345x" is not an interface name: it is longer '
-     'than 15 bytes; traffic_check_receiver_netns "r\\nx" is not a network namespace name: it holds whitespace. '
-     'Nothing was sent.'),
+     "traffic_check: traffic_check_receiver_interface(s) 'a23456789012345x' " + IFNAME
+     + "; traffic_check_receiver_netns 'r\\nx' " + NETNS + ". Nothing was sent."),
 ], ids=["pktgen_sender", "pktgen_receiver", "traffic_check"])
 def test_traffic_roles_refuse_bad_names_first(tmp_path, role, task, extra, said):
     play = tmp_path / "play.yml"

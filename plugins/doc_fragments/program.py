@@ -70,6 +70,22 @@ options:
         moves to another set (or from its own maps to a set), keep what it leaves.
     type: bool
     default: false
+  map_migration:
+    description:
+      - What an upgrade does with a pinned map that the new object declares differently. Before loading, each
+        map the new program would reuse from its pin is compared with the pinned map, key and value field by
+        field through their BTF (name, offset, size, kind, signedness), and its type, max_entries and flags.
+        An unchanged map is kept with its contents, as always.
+      - V(refuse) fails on any difference, naming each map and each difference, and changes nothing (libbpf
+        alone would reuse a map whose fields moved and read its bytes through the new layout, or fail with
+        a bare C(Invalid argument) for a grown value or more entries).
+      - V(reset) starts each changed map empty; its old contents are dropped once the new program is on the
+        hook (and kept when the upgrade fails before). Not for a map of a O(shared_maps) set, which other
+        attachments use.
+      - Results list each map of the program with what became of it (RV(map_migration)).
+    type: str
+    choices: [refuse, reset]
+    default: refuse
   shared_maps:
     description:
       - Name of a map set shared with other attachments in the same network namespace. The program's maps are
@@ -78,7 +94,7 @@ options:
         switch, whose groups M(ebpf.xdp.devmap_group) manages in that set.
       - The set is part of the program's identity; changing it reloads the program over the other set's maps.
       - O(state=absent) removes the set only when no other attachment names it and O(keep_maps) is false.
-      - The maps of programs sharing a set must have the same layout (libbpf refuses an incompatible pin).
+      - The maps of programs sharing a set must have the same layout (see O(map_migration)).
       - Without it, each attachment has maps of its own.
       - 1 to 64 of letters, digits, C(_) and C(-), starting with a letter or digit (the set is a directory of
         bpffs, which refuses C(.) in a name).

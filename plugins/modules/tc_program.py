@@ -325,6 +325,26 @@ maps:
   description: Pinned maps of the program, name to pin path.
   returned: when attached
   type: dict
+map_migration:
+  description:
+    - Each map of the program loaded (or, in check mode, that would be) that was already pinned, and what became
+      of it (O(map_migration)); empty when nothing was loaded or nothing was pinned before.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    map:
+      description: The map's name.
+      type: str
+    outcome:
+      description: V(kept) (same layout, contents kept), V(created) (not pinned before), V(reset) (laid out
+        differently, started empty).
+      type: str
+    changes:
+      description: Each difference between the pinned map and the new one, in words.
+      type: list
+      elements: str
+  sample: [{map: stats, outcome: reset, changes: ["value field drops added (int, 8 bytes at 16)"]}]
 pin_dir:
   description: Pin directory of this attachment (C(tc_<direction>@<name>) for a named one).
   returned: always

@@ -89,8 +89,9 @@ attributes:
     support: full
 notes:
   - Use P(ebpf.xdp.xdp_facts#module) to read the attached programs and their counters.
-  - Upgrading an object whose maps changed type, key or value size fails, because libbpf refuses to
-    reuse an incompatible pinned map; remove the program with O(state=absent) first.
+  - An upgrade compares each map the new object would reuse with the pinned one, field by field through their
+    BTF; a map laid out differently is refused (naming the map and each difference) or started empty, as
+    O(map_migration) says.
 seealso:
   - module: ebpf.xdp.bpf_object
   - module: ebpf.xdp.xdp_facts
@@ -267,6 +268,26 @@ maps:
   description: Pinned maps of the program, name to pin path.
   returned: when attached
   type: dict
+map_migration:
+  description:
+    - Each map of the program loaded (or, in check mode, that would be) that was already pinned, and what became
+      of it (O(map_migration)); empty when nothing was loaded or nothing was pinned before.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    map:
+      description: The map's name.
+      type: str
+    outcome:
+      description: V(kept) (same layout, contents kept), V(created) (not pinned before), V(reset) (laid out
+        differently, started empty).
+      type: str
+    changes:
+      description: Each difference between the pinned map and the new one, in words.
+      type: list
+      elements: str
+  sample: [{map: stats, outcome: reset, changes: ["value field drops added (int, 8 bytes at 16)"]}]
   sample: {proto_count: /sys/fs/bpf/ebpf_xdp/host/eth1/xdp/maps/proto_count}
 pin_dir:
   description: Pin directory of this attachment.

@@ -540,6 +540,13 @@ class BpfObject:
         raise BpfError("map %r not found in %s; it has: %s" % (
             name, self.path, ", ".join(m["name"] for m in self.maps()) or "none"))
 
+    def map_flags(self, name: str) -> int:
+        """The BPF_F_* flags the object's map called name is created with."""
+        for m in self._maps():
+            if _name(lib().bpf_map__name(m)) == name:
+                return lib().bpf_map__map_flags(m)
+        raise BpfError("map %r not found in %s" % (name, self.path))
+
     def _find_program(self, name):
         for p in self._programs():
             if _name(lib().bpf_program__name(p)) == name:

@@ -56,6 +56,9 @@ from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import (
     bcc as _bcc, libbpf as _bpf, loader as _loader, pins as _pins)
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import observed as _observed, revisions as _revisions
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf.compile import sha256_file
+# The one reach above the hooks layer: the pinned maps' layouts come from maps/btf's walk (issue 39 moves the
+# comparison into the host state it reads once per task).
+from ansible_collections.ebpf.xdp.plugins.module_utils.maps import migration as _migration
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.observed import (
     Attachment, HELD_BY_DISPATCHER, HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed)
 
@@ -125,6 +128,8 @@ class Desired:
     revision: str = "current"
     object_store: str | None = None
     object_source: str | None = None
+    # What becomes of a pinned map the new object lays out differently (see _migration).
+    map_migration: str = _migration.REFUSE
 
     @classmethod
     def from_params(cls, params: dict) -> Desired:
@@ -134,7 +139,8 @@ class Desired:
                    checksum=params.get("checksum"), backend=params.get("backend") or "libbpf",
                    source=params.get("source"), cflags=params.get("cflags") or [],
                    kernel_headers=params.get("kernel_headers"), revision=params.get("revision") or _revisions.CURRENT,
-                   object_store=params.get("object_store"), object_source=params.get("object_source"))
+                   object_store=params.get("object_store"), object_source=params.get("object_source"),
+                   map_migration=params.get("map_migration") or _migration.REFUSE)
 
     @property
     def rollback(self) -> bool:
@@ -346,6 +352,8 @@ class Converger:
         # converger holds its new set's lock, and taking the old set's lock under it could deadlock with a
         # run moving the other way.
         self.released_sets: list[str] = []
+        # Each map of the program loaded (or that would be) against its pin, for the result (see _migration).
+        self.map_reviews: list[_migration.Review] = []
 
     def maps_dir(self, shared_maps: str | None) -> str:
         """Where the maps are pinned: the attachment's maps/, or the shared map set it names."""
@@ -420,6 +428,7 @@ class Converger:
         result.update((k, after.get(k)) for k in ("revision", "previous_revision"))
         result["attached"] = after.get("attached", False)
         result["maps"] = after.get("maps", {})
+        result["map_migration"] = [review.report() for review in self.map_reviews]
         result["interrupted"] = self.interrupted is not None
         return result
 
@@ -516,7 +525,8 @@ class Converger:
         record = observed.record
         return bool(record) and record.get("tag") == loaded.info["tag"] \
             and record.get("data_sha256") == loaded.data_sha256 and self.hook.settled(observed) \
-            and record.get("shared_maps") == self.desired.shared_maps
+            and record.get("shared_maps") == self.desired.shared_maps \
+            and not any(r.outcome == _migration.RESET_DONE for r in self.map_reviews)  # the tag omits the maps
 
     def _objects(self) -> _revisions.Keeper:
         """The object store for this hook's record (none without object_store: fakes in unit tests)."""
@@ -529,8 +539,26 @@ class Converger:
         return self.load(d.path, d.program, self.hook.prog_type, identity["resolved_constants"], maps_dir=maps_dir,
                          load_as=self.hook.load_as, section=d.section, **verified)
 
+    def _review_maps(self) -> _migration.Reset:
+        """Compare the object's maps with those pinned where it will pin them: refuse (before anything changes)
+        what map_migration does not allow, and return the pins a reset sets aside. bcc's tables are its own."""
+        self.map_reviews = []
+        maps_dir = self.maps_dir(self.desired.shared_maps)
+        if self.desired.backend == "bcc" or not os.path.isdir(maps_dir) or not os.listdir(maps_dir):
+            return _migration.Reset([])
+        policy = self.desired.map_migration
+        # One attachment cannot start the maps of a set other attachments use empty under them.
+        self.map_reviews = _migration.review(self.desired.path, maps_dir,
+                                             _migration.REFUSE if self.desired.shared_maps else policy)
+        message = _migration.refusal(self.desired.path, maps_dir, self.map_reviews,
+                                     shared=bool(self.desired.shared_maps) and policy != _migration.REFUSE)
+        if message:
+            raise _migration.MigrationError(message)
+        return _migration.Reset(self.map_reviews)
+
     def _preview(self, observed: Observed, identity: dict, before: dict) -> tuple[bool, dict]:
         """Check mode: load without pins to learn the tag and surface verifier errors."""
+        self._review_maps()
         with self._load(identity) as loaded:
             if self._same_program(observed, loaded):
                 return False, before
@@ -543,11 +571,13 @@ class Converger:
 
     def _apply(self, observed: Observed, identity: dict, before: dict) -> tuple[bool, dict]:
         shared = self.desired.shared_maps
+        reset = self._review_maps()
         created = self.pins.make(maps=not shared)
         if shared:
             created = _pins.make_dirs(self.maps_dir(shared)) + created
         attached = False
         try:
+            reset.set_aside()
             with self._load(identity, self.maps_dir(shared)) as loaded:
                 fault_point("after_load")
                 action = plan_swap(observed, self.hook.in_place(observed), self._same_program(observed, loaded),
@@ -571,6 +601,7 @@ class Converger:
                 self.hook.prepare(loaded)
                 attachment = self._swap(action, observed, loaded.program)
                 attached = True
+                reset.commit()  # the old program, and with it the maps set aside, is off the hook
                 fault_point("after_attach")
                 if attachment.program is not None:
                     with attachment.program:  # the hook's own copy is the program on the hook
@@ -585,6 +616,7 @@ class Converger:
             # it is ours: the next run takes it back (adopt) instead of refusing it as another tool's. Only a
             # failure before the attach removes what the run made.
             if not attached:
+                reset.undo()
                 if shared and self.maps_dir(shared) in created:
                     shutil.rmtree(self.maps_dir(shared))  # a new set: only this run's maps are in it
                 self.pins.undo(created)

@@ -1,0 +1,183 @@
+"""Upgrades whose maps change layout (issue 40): a program counting into `stats` (struct rec { packets; bytes; })
+and its next versions (fields swapped, a field added, more entries, another map type). The pinned map is compared
+with the new object's field by field before anything loads: map_migration: refuse (the default) fails naming the
+map and each difference with nothing changed, where libbpf alone reused the swapped map and read its counters
+scrambled, or failed with a bare EINVAL; reset starts the changed map empty and counts on."""
+
+import json
+
+import pytest
+
+from conftest import assert_rhythm, compile_bpf, sh
+
+PROGRAM = r"""
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/ip.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+struct rec {
+    REC_FIELDS
+};
+
+struct {
+    __uint(type, MAP_TYPE);
+    __type(key, __u32);
+    __type(value, struct rec);
+    __uint(max_entries, MAX_ENTRIES);
+} stats SEC(".maps");
+
+SEC("xdp")
+int xdp_count_rec(struct xdp_md *ctx)
+{
+    void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
+    struct ethhdr *eth = data;
+    struct iphdr *ip = (void *)(eth + 1);
+    __u32 index = 0;
+    struct rec *r;
+
+    /* Only the test's UDP frames: the kernel's own (neighbour discovery) would make the counts inexact. */
+    if ((void *)(ip + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP) || ip->protocol != IPPROTO_UDP)
+        return XDP_PASS;
+    r = bpf_map_lookup_elem(&stats, &index);
+    if (r) {
+        __sync_fetch_and_add(&r->packets, 1);
+        __sync_fetch_and_add(&r->bytes, data_end - data);
+    }
+    return XDP_PASS;
+}
+
+char _license[] SEC("license") = "GPL";
+"""
+
+VERSIONS = {
+    "v1": ("__u64 packets; __u64 bytes;", "BPF_MAP_TYPE_ARRAY", 4),
+    "swapped": ("__u64 bytes; __u64 packets;", "BPF_MAP_TYPE_ARRAY", 4),
+    "added": ("__u64 packets; __u64 bytes; __u64 drops;", "BPF_MAP_TYPE_ARRAY", 4),
+    "grown": ("__u64 packets; __u64 bytes;", "BPF_MAP_TYPE_ARRAY", 8),
+    "hash": ("__u64 packets; __u64 bytes;", "BPF_MAP_TYPE_HASH", 4),
+}
+
+# What each next version changes, as the refusal says it.
+CHANGES = {
+    "swapped": "value field packets: int, 8 bytes at 0 -> int, 8 bytes at 8, "
+               "value field bytes: int, 8 bytes at 8 -> int, 8 bytes at 0",
+    "added": "value field drops added (int, 8 bytes at 16)",
+    "grown": "max_entries 4 -> 8",
+    "hash": "map type array -> hash",
+}
+
+SIZE = 100
+
+
+@pytest.fixture(scope="module")
+def objects(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("migration")
+    out = {}
+    for name, (fields, map_type, max_entries) in VERSIONS.items():
+        source = tmp / ("%s.bpf.c" % name)
+        source.write_text(PROGRAM.replace("REC_FIELDS", fields).replace("MAP_TYPE", map_type)
+                          .replace("MAX_ENTRIES", str(max_entries)))
+        out[name] = compile_bpf(source, tmp / ("%s.o" % name))
+    return out
+
+
+def send(run, pair, count):
+    sent = run("xdp_trafficgen", dict(interface="eth0", netns=pair.tx, src_ip=pair.tx_ip, dst_ip=pair.rx_ip,
+                                      dst_mac=pair.rx_mac, protocols=["udp"], count=count, size=SIZE,
+                                      engine="socket"))
+    assert sent["sent"] == {"udp": count}, sent
+
+
+def stats(run, pair):
+    """The receiver's stats entries as xdp_facts decodes them through the pinned map's BTF."""
+    facts = run("xdp_facts", dict(netns=pair.rx, maps=["stats"]))
+    assert not facts.get("failed"), facts
+    prog = facts["ansible_facts"]["xdp"]["interfaces"]["eth0"]["xdp"]
+    return next(item for item in prog["maps"] if item["name"] == "stats")["entries"]
+
+
+def host(pair, attached):
+    """What an upgrade must leave alone: the program on the hook and the pinned map's bytes (bpftool as witness)."""
+    return pair.xdp_prog_id(), sh("bpftool", "-j", "map", "dump", "pinned", attached["maps"]["stats"]).stdout
+
+
+@pytest.fixture
+def counting(run, pair, objects):
+    """v1 on the receiver after 100 frames: its attach result."""
+    args = dict(interface="eth0", netns=pair.rx, object=objects["v1"], program="xdp_count_rec")
+    attached = run("xdp_program", args)
+    assert attached["changed"] and not attached.get("failed"), attached
+    assert attached["map_migration"] == [], "nothing was pinned before"
+    send(run, pair, 100)
+    assert stats(run, pair) == [{"key": 0, "value": {"packets": 100, "bytes": 100 * SIZE}}]
+    return attached
+
+
+@pytest.mark.parametrize("version", ["swapped", "added", "grown", "hash"])
+def test_a_changed_layout_is_refused_by_default_naming_the_map_and_fields(run, pair, objects, counting, version):
+    before = host(pair, counting)
+    args = dict(interface="eth0", netns=pair.rx, object=objects[version], program="xdp_count_rec")
+    expected = ("%s declares its maps unlike the maps pinned in %s, and the program would read their bytes through "
+                "the new layout: map stats (%s): %s. Nothing was changed; set map_migration: reset to start it "
+                "empty, or keep the layout" % (objects[version], counting["maps"]["stats"].rpartition("/")[0],
+                                               counting["maps"]["stats"], CHANGES[version]))
+    for check in (True, False):
+        refused = run("xdp_program", dict(args, map_migration="refuse") if check else args, check=check)
+        assert refused["failed"] and refused["msg"] == expected, refused
+        assert "Traceback" not in json.dumps(refused)
+        assert host(pair, counting) == before
+    # The old program counts on, into its map as it was.
+    send(run, pair, 50)
+    assert stats(run, pair) == [{"key": 0, "value": {"packets": 150, "bytes": 150 * SIZE}}]
+
+
+@pytest.mark.parametrize("version", ["swapped", "added", "grown"])
+def test_reset_starts_the_changed_map_empty_and_counts_on(run, pair, objects, counting, version):
+    args = dict(interface="eth0", netns=pair.rx, object=objects[version], program="xdp_count_rec",
+                map_migration="reset")
+    old_map = json.loads(sh("bpftool", "-j", "map", "show", "pinned", counting["maps"]["stats"]).stdout)["id"]
+    first_check = run("xdp_program", args, check=True)
+    assert first_check["map_migration"] == [{"map": "stats", "outcome": "reset", "changes": CHANGES[version].split(
+        ", value")[:1] + ["value" + rest for rest in CHANGES[version].split(", value")[1:]]}], first_check
+    first, _second = assert_rhythm(run, "xdp_program", args)
+    assert first["map_migration"] == first_check["map_migration"], first
+    assert first["id"] != counting["id"] and first["maps"] == counting["maps"]
+    new_map = json.loads(sh("bpftool", "-j", "map", "show", "pinned", first["maps"]["stats"]).stdout)
+    assert new_map["id"] != old_map and new_map["max_entries"] == VERSIONS[version][2]
+    assert sh("ls", "-A", counting["maps"]["stats"].rpartition("/")[0]).stdout.split() == ["stats"], \
+        "the old map's pin is gone once the new program is on the hook"
+    assert stats(run, pair) == []  # an array's all-zero entries are left out
+    send(run, pair, 50)
+    expected = {"packets": 50, "bytes": 50 * SIZE}
+    if version == "added":
+        expected["drops"] = 0
+    assert stats(run, pair) == [{"key": 0, "value": expected}]
+
+
+def test_an_unchanged_layout_keeps_the_map_and_its_counters(run, pair, objects, counting, tmp_path):
+    # Another object (another program: one more instruction's worth of constant) with the same maps.
+    source = tmp_path / "v1b.bpf.c"
+    source.write_text(PROGRAM.replace("REC_FIELDS", VERSIONS["v1"][0]).replace("MAP_TYPE", "BPF_MAP_TYPE_ARRAY")
+                      .replace("MAX_ENTRIES", "4").replace("return XDP_PASS;\n}", "return XDP_PASS + 0 * 7;\n}")
+                      .replace("__u32 index = 0;", "__u32 index = 0; /* v1b */ volatile int unused = 1;"))
+    args = dict(interface="eth0", netns=pair.rx, object=compile_bpf(source, tmp_path / "v1b.o"),
+                program="xdp_count_rec")
+    first, _second = assert_rhythm(run, "xdp_program", args)
+    assert first["map_migration"] == [{"map": "stats", "outcome": "kept", "changes": []}], first
+    send(run, pair, 50)
+    assert stats(run, pair) == [{"key": 0, "value": {"packets": 150, "bytes": 150 * SIZE}}]
+
+
+def test_reset_is_refused_for_a_shared_map_set(run, pair, objects):
+    args = dict(interface="eth0", netns=pair.rx, object=objects["v1"], program="xdp_count_rec",
+                shared_maps="counters")
+    attached = run("xdp_program", args)
+    assert attached["changed"] and not attached.get("failed"), attached
+    before = host(pair, attached)
+    refused = run("xdp_program", dict(args, object=objects["added"], map_migration="reset"))
+    assert refused["failed"] and "shared map set" in refused["msg"] and "map stats" in refused["msg"], refused
+    assert "value field drops added" in refused["msg"]
+    assert host(pair, attached) == before

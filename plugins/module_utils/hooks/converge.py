@@ -549,7 +549,8 @@ class Converger:
         policy = self.desired.map_migration
         # One attachment cannot start the maps of a set other attachments use empty under them.
         self.map_reviews = _migration.review(self.desired.path, maps_dir,
-                                             _migration.REFUSE if self.desired.shared_maps else policy)
+                                             _migration.REFUSE if self.desired.shared_maps else policy,
+                                             self.object_data)
         message = _migration.refusal(self.desired.path, maps_dir, self.map_reviews,
                                      shared=bool(self.desired.shared_maps) and policy != _migration.REFUSE)
         if message:

@@ -195,10 +195,11 @@ def pinned_shape(path: str) -> MapShape:
         return map_shape(pinned.info, pinned.map_flags, btf)
 
 
-def review(path: str, maps_dir: str, policy: str) -> list[Review]:
-    """Each map of the object at path against its pin in maps_dir, under policy; nothing changes here."""
+def review(path: str, maps_dir: str, policy: str, data: bytes | None = None) -> list[Review]:
+    """Each map of the object at path (from data, its bytes as read and verified, when given) against its pin in
+    maps_dir, under policy; nothing changes here."""
     reviews = []
-    with _bpf.BpfObject(path) as obj:
+    with _bpf.BpfObject(path, data) as obj:
         shapes = object_shapes(obj)
     for name, new in shapes.items():
         pin = os.path.join(maps_dir, name)

@@ -1,5 +1,6 @@
 # make deploy: set-up, then the lab and playbooks/deploy_xdp.yml
 # make test:   set-up, then every test (benchmarks once, in smoke mode)
+# make docs:   the collection's docs site, .build/docs/build/html/index.html
 SHELL := /bin/bash
 VENV := $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
@@ -8,7 +9,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.build/collections
 export ANSIBLE_FORCE_COLOR ?= 0
 PYTEST := $(VENV)/bin/python -m pytest
 
-.PHONY: setup deploy lab-up lab-down vm-up vm-down test test-vm unit integration integration-shared integration-quiet benchmark-smoke sanity lint molecule benchmark clean
+.PHONY: setup deploy lab-up lab-down vm-up vm-down test test-vm unit integration integration-shared integration-quiet benchmark-smoke sanity lint docs docs-lint molecule benchmark clean
 
 setup:
 	@bash scripts/setup.sh
@@ -58,6 +59,14 @@ benchmark-smoke: setup
 
 sanity:
 	bash scripts/sanity.sh
+
+# The docs site (antsibull-docs, Sphinx): .build/docs/build/html/index.html.
+docs:
+	bash scripts/docs.sh
+
+# What Galaxy and docs builds read of the plugins' and roles' documentation (scripts/docs_lint.sh).
+docs-lint:
+	bash scripts/docs_lint.sh
 
 lint:
 	ansible-lint --profile production roles playbooks molecule tests/integration/targets

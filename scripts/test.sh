@@ -7,7 +7,8 @@
 #     kernel-dependent tests inside it)
 #  3. the integration tests marked quiet (rates, timing, snapshots of the
 #     whole host), the toolchain target, the benchmarks' smoke runs
-#  4. molecule, and beside it sanity and lint (neither measures anything)
+#  4. molecule, and beside it sanity, lint and the docs' lint (none measures anything)
+#  5. no copy of the collection installed into ~/.ansible by any step
 # Side by side pays only where a step leaves a CPU idle: test-vm beside the
 # integration tests made both slower (the emulated VM and the tests each
 # want a CPU: 2704 s and 1630 s side by side; alone, in the run before,
@@ -64,6 +65,15 @@ collect() { # name: wait for a step run beside, show its output and record it
 }
 
 start=$SECONDS
+# No step may install a copy of the collection into the user's home: one there
+# shadows every other install for later runs without a collections path
+# (ansible-lint's did until .ansible-lint said offline). A copy left by an
+# earlier run is reported, not removed (it is the user's home).
+home_copy=${ANSIBLE_HOME:-$HOME/.ansible}/collections/ansible_collections/ebpf/xdp
+home_copy_before=$(stat -c %Y "$home_copy/MANIFEST.json" 2>/dev/null || echo absent)
+[[ $home_copy_before == absent ]] ||
+	echo "test.sh: $home_copy holds a copy of the collection from an earlier run; remove it"
+
 # The VM's disk image and molecule's container image (debootstrap: mostly
 # downloads and unpacking, ~110 s and ~80 s on a fresh machine), one after
 # the other (each installs its apt packages first), while the first steps run.
@@ -77,9 +87,17 @@ step test-vm bash scripts/test_vm.sh
 step integration-quiet "${MAKE_STEP[@]}" integration-quiet
 step benchmark-smoke bash scripts/benchmark.sh --smoke
 
-beside sanity-and-lint bash -c "${MAKE_STEP[*]} sanity && ${MAKE_STEP[*]} lint"
+beside sanity-and-lint bash -c "${MAKE_STEP[*]} sanity && ${MAKE_STEP[*]} lint && ${MAKE_STEP[*]} docs-lint"
 step molecule bash scripts/molecule.sh
 collect sanity-and-lint
+
+home_start=$SECONDS
+home_rc=0
+if [[ "$(stat -c %Y "$home_copy/MANIFEST.json" 2>/dev/null || echo absent)" != "$home_copy_before" ]]; then
+	echo "test.sh: a step installed a copy of the collection into $home_copy"
+	home_rc=1
+fi
+record home-untouched "$home_rc" $((SECONDS - home_start))
 
 echo
 echo "== test.sh: summary ($((SECONDS - start)) s in all)"

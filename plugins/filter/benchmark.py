@@ -22,13 +22,16 @@ from ansible.errors import AnsibleFilterError
 
 FAMILIES = ("drop", "forward", "multicast", "generators", "cost", "control")
 # The frames every traffic case sends: a multicast group address and its MAC (01:00:5e + the low 23 bits).
-GROUP_IP, GROUP_MAC = "239.1.1.1", "01:00:5e:01:01:01"
+# One name per assignment: ansible-doc, reading this file for each filter, warns on a tuple target.
+GROUP_IP = "239.1.1.1"
+GROUP_MAC = "01:00:5e:01:01:01"
 BENCH_BRIDGE = "brbench"
 SHARED_MAPS = "bench"
 PASS = {"xdp_action": 2}
 # A veth takes the frames its peer redirects (the XDP generator does) only while it has a native XDP program or
 # GRO on; a generic program is neither, so its port gets GRO for the case.
-GRO_ON, GRO_OFF = "ethtool -K %s gro on", "ethtool -K %s gro off"
+GRO_ON = "ethtool -K %s gro on"
+GRO_OFF = "ethtool -K %s gro off"
 # The line of the role's snapshot (tasks/snapshot.yml) for the table iptables' raw rules live in.
 IPTABLES_RAW_TABLE = "nftables table ip raw"
 

@@ -19,6 +19,7 @@ APT_PACKAGES=(
 	# backend: bcc (tests/integration/test_bcc_backend.py): bcc's Python binding, and headers to compile
 	# against; this kernel has no headers package, so the tests point kernel_headers at Debian's cloud flavour.
 	python3-bpfcc linux-headers-cloud-amd64
+	chromium # tests/integration/test_docs_site.py renders the docs site headless (--dump-dom, --screenshot)
 )
 
 ensure_apt_packages setup "${APT_PACKAGES[@]}"

@@ -11,7 +11,7 @@ python scripts/docs_guides.py
 dest=.build/docs
 rm -rf "$dest"
 # antsibull-docs writes only into a directory that no one else can write to.
-mkdir -p -m 0755 "$dest"
+mkdir -p .build && mkdir -m 0755 "$dest"
 antsibull-docs sphinx-init --use-current --fail-on-error --dest-dir "$dest" \
 	--project ebpf.xdp --title "ebpf.xdp: XDP and tc eBPF programs" ebpf.xdp >/dev/null
 cat docs/docsite/conf_offline.py >>"$dest/conf.py"

@@ -30,7 +30,8 @@ import bcrypt
 import pytest
 import yaml
 
-from conftest import ROOT, SYSTEM_PYTHON, ModuleRunner, ansible_playbook, sh
+import test_xdp_filter_twin as twin_test
+from conftest import ROOT, SYSTEM_PYTHON, ModuleRunner, Pair, ansible_playbook, sh
 
 PLAYBOOK = """
 - name: The exporter
@@ -590,6 +591,56 @@ def test_prometheus_scrapes_the_counters(pair, run_served, drop_obj, served, wor
     assert target["health"] == "up", target
 
 
+def test_prometheus_sees_the_struct_fields_of_xdp_filters_statistics(pair, run_served, served, workdir):
+    """A program this collection did not write, deployed by it: xdp-tools' xdpfilt_alw_udp attached with
+    xdp_program, its rule written with bpf_map_entry; xdp_stats_map's struct xdp_stats_record fields per XDP
+    action as ebpf_xdp_map_value, equal to what `xdp-filter status` prints for the same frames through
+    xdp-filter itself on a twin pair (whose program, not ours, is not exported by default), and seen by a
+    real Prometheus."""
+    run, exporter = run_served, served
+    twin = Pair()
+    twin.up()
+    try:
+        for each in (pair, twin):
+            twin_test.quiet(each)
+        rule_path = twin_test.deploy(run, pair, "xdpfilt_alw_udp", "xdp_program")
+        rule = run("bpf_map_entry", dict(path=rule_path, entries=[{"key": twin_test.PORT_KEY, "value": twin_test.RULE}]))
+        assert rule["changed"] and not rule.get("failed"), rule
+        twin_test.send(run, pair)
+        with twin_test.xdp_filter_on(twin, "xdpfilt_alw_udp"):
+            twin_test.send(run, twin)
+            theirs, _program, _hits = twin_test.status(twin.rx)
+            page = exporter.scrape()
+        promtool_check(page)
+        assert not series(page, "ebpf_xdp_program_info", netns=twin.rx), "xdp-filter's own program is not ours"
+    finally:
+        twin.down()
+    mine = dict(netns=pair.rx, interface="eth0", hook="xdp", program="xdpfilt_alw_udp", map="xdp_stats_map")
+    for number, action in enumerate(twin_test.PRINTED):
+        packets, kib = theirs[action]
+        assert series(page, "ebpf_xdp_map_value", field="rx_packets", key=str(number), **mine) == (
+            {} if not packets else {frozenset(dict(mine, field="rx_packets", key=str(number), attachment="").items()):
+                                    packets}), (action, theirs)
+        if packets:
+            assert value(page, "ebpf_xdp_map_value", field="rx_bytes", key=str(number), **mine) // 1024 == kib
+    assert value(page, "ebpf_xdp_map_value", field="packets", key="1", **mine) == 30
+    assert value(page, "ebpf_xdp_map_entries_read", **mine) == 5
+    assert value(page, "ebpf_xdp_map_truncated", **mine) == 0
+    assert value(page, "ebpf_xdp_map_series_dropped", **mine) == 0
+    # filter_ports (a per-CPU array of 64-bit values) stays a counter map, as before: one port has a rule.
+    ports = {name: label for name, label in mine.items() if name != "map"}
+    ports["map"] = "filter_ports"
+    assert value(page, "ebpf_xdp_map_entry_keys", **ports) == 1
+    assert not series(page, "ebpf_xdp_map_value", map="filter_ports")
+
+    query = 'ebpf_xdp_map_value{netns="%s",map="xdp_stats_map",field="rx_packets",key="1"}' % pair.rx
+    result, target = prometheus_sees(workdir, {"static_configs": [{"targets": ["127.0.0.1:%d" % exporter.port]}]},
+                                     query, 30)
+    assert result and float(result[0]["value"][1]) == 30 and result[0]["metric"]["program"] == "xdpfilt_alw_udp", \
+        result
+    assert target["health"] == "up", target
+
+
 # ---------------------------------------------------------------- TLS, client certificates, basic auth
 
 
@@ -720,7 +771,8 @@ def test_dashboard_queries_are_valid_promql(workdir):
     with open(DASHBOARD, encoding="utf-8") as src:
         dashboard = json.load(src)
     exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
-    values = {"$__rate_interval": "1m", "$netns": ".*", "$interface": ".*", "$drop_programs": "xdp_drop_count"}
+    values = {"$__rate_interval": "1m", "$netns": ".*", "$interface": ".*", "$drop_programs": "xdp_drop_count",
+              "$user_map": ".*", "$user_field": ".*"}
     rules = []
     for i, expr in enumerate(exprs):
         for var, text in values.items():

@@ -46,6 +46,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -71,6 +72,9 @@ DEFAULTS = {
     "max_connections": 32,
     "request_timeout": 10.0,
     "web_config_file": "",
+    "maps": ["*"],
+    "max_entries_per_map": 1024,
+    "max_series_per_map": 1000,
 }
 MODES = ("http", "textfile")
 HOST_KEY = "host"
@@ -85,6 +89,16 @@ GROUP_MAPS = ("mcast_frames", "mcast_copies")
 # their series stay apart; empty for the unnamed one and for programs of other tools.
 HOOK_LABELS = ("netns", "interface", "hook", "program", "attachment")
 GROUP_LABELS = ("netns", "map_set", "group", "group_id")
+# Every number of every decoded map (xdp_facts' entries) is a sample of one family, ebpf_xdp_map_value, told apart
+# by labels: the fixed ones below, then the key's (key for a key that is one number or enumerator, key_<field>
+# for each field of a struct key). Why one family and not one per map and field: the exporter cannot know what a
+# user's field means (a counter, a gauge, a setting, a bit set), so it can neither give it a unit and a type
+# nor a HELP line; names made of map and field names would be unbounded, could collide after the character
+# clean-up, and a dashboard could not show "every user map" with one query. The cost is that one family mixes
+# units: a query selects map and field, as the dashboard's "User maps" panel does.
+MAP_VALUE_LABELS = HOOK_LABELS + ("map", "field")
+# Key fields named so hold an interface index: their label shows the interface's name in that namespace.
+IFINDEX_FIELDS = ("ifindex", "ifidx", "if_index", "dev", "device")
 # Seconds between looks at our own namespace while no request comes.
 WATCH_INTERVAL = 5.0
 # The role's own look at the exporter (serving_us).
@@ -99,11 +113,11 @@ METRICS = {
     "ebpf_xdp_packets": (
         "counter", "Packets counted per IP protocol by a program's proto_count map, summed over CPUs.",
         HOOK_LABELS + ("map", "proto")),
-    "ebpf_xdp_map_counter": (
+    "ebpf_xdp_map_entry": (
         "counter", "Entries of a program's other maps of 64-bit counters, summed over CPUs, by key "
         "(zeros left out, at most max_keys_per_map keys per map).",
         HOOK_LABELS + ("map", "key")),
-    "ebpf_xdp_map_counter_keys": (
+    "ebpf_xdp_map_entry_keys": (
         "gauge", "Non-zero entries in a program's counter map (more than exported when above max_keys_per_map).",
         HOOK_LABELS + ("map",)),
     "ebpf_xdp_network_receive_packets": (
@@ -125,6 +139,19 @@ METRICS = {
         "counter", "Copies a multicast program asked the kernel to send for a devmap group.", GROUP_LABELS),
     "ebpf_xdp_group_members": (
         "gauge", "Member interfaces of a devmap group.", GROUP_LABELS),
+    "ebpf_xdp_map_value": (
+        "gauge", "Every number of an entry of a program's map decoded through its BTF (as xdp_facts decodes it): "
+        "field is the number's path in the value, the key's fields are labels (key, or key_<field>).",
+        MAP_VALUE_LABELS),
+    "ebpf_xdp_map_entries_read": (
+        "gauge", "Entries of a decoded map read in this collection (at most max_entries_per_map).",
+        HOOK_LABELS + ("map",)),
+    "ebpf_xdp_map_truncated": (
+        "gauge", "1 when a decoded map has more entries than max_entries_per_map: the rest was not read.",
+        HOOK_LABELS + ("map",)),
+    "ebpf_xdp_map_series_dropped": (
+        "gauge", "Series of ebpf_xdp_map_value that a map had beyond max_series_per_map in this collection, "
+        "left out.", HOOK_LABELS + ("map",)),
     "ebpf_xdp_netns_up": (
         "gauge", "1 when the namespace was read completely in this scrape, 0 when reading it failed.", ("netns",)),
     "ebpf_xdp_collect_duration_seconds": (
@@ -189,6 +216,12 @@ def load_config(raw: dict) -> dict:
         raise ConfigError("max_connections %r must be a number >= 1" % (config["max_connections"],))
     if not _number(config["request_timeout"]) or config["request_timeout"] <= 0:
         raise ConfigError("request_timeout %r must be a positive number of seconds" % (config["request_timeout"],))
+    maps = config["maps"]
+    if not isinstance(maps, list) or not all(isinstance(glob, str) and glob for glob in maps):
+        raise ConfigError("maps %r must be a list of map name globs (empty: no map decoded)" % (maps,))
+    for name in ("max_entries_per_map", "max_series_per_map"):
+        if isinstance(config[name], bool) or not isinstance(config[name], int) or config[name] < 1:
+            raise ConfigError("%s %r must be a number >= 1" % (name, config[name]))
     web = config["web_config_file"]
     if not isinstance(web, str) or web and not os.path.isabs(web):
         raise ConfigError("web_config_file %r must be an absolute path (empty: plain HTTP, no authentication)"
@@ -210,10 +243,12 @@ class Samples:
         self.values = {name: {} for name in METRICS}
 
     def add(self, name: str, labels: tuple, value: float, replace: bool = False) -> None:
+        """labels: one value per label name of METRICS; for ebpf_xdp_map_value, those and then (key label
+        name, value) pairs."""
         kind, _help, names = METRICS[name]
-        assert len(labels) == len(names), (name, labels)
+        assert len(labels) == len(names) or name == "ebpf_xdp_map_value" and len(labels) > len(names), (name, labels)
         series = self.values[name]
-        labels = tuple(str(v) for v in labels)
+        labels = tuple(v if isinstance(v, tuple) else str(v) for v in labels)
         if replace or kind != "counter":
             series[labels] = value
         else:
@@ -241,10 +276,12 @@ def protocol_name(number: int) -> str:
     return _facts.protocol_name(number)
 
 
-def add_namespace(samples: Samples, key: str, facts: dict, max_keys: int, unmanaged: bool = False) -> None:
+def add_namespace(samples: Samples, key: str, facts: dict, max_keys: int, unmanaged: bool = False,
+                  max_series: int = DEFAULTS["max_series_per_map"]) -> None:
     """The samples of one namespace's facts (_facts.snapshot): the collection's own programs (those with an
     ownership record), and other tools' too when unmanaged is true; an interface's statistics where one of
-    them is attached."""
+    them is attached; every number of their decoded maps, at most max_series per map."""
+    ifnames = {str(index): name for index, name in (facts.get("interface_names") or {}).items()}
     for ifname, entry in sorted(facts.get("interfaces", {}).items()):
         programs = [(hook, prog) for hook, prog in _programs(entry) if unmanaged or prog.get("owner") == OWNER]
         if not programs:
@@ -265,15 +302,72 @@ def add_namespace(samples: Samples, key: str, facts: dict, max_keys: int, unmana
                     continue
                 if map_name in GROUP_MAPS:
                     continue
-                samples.add("ebpf_xdp_map_counter_keys", where + (map_name,), len(values), replace=True)
+                samples.add("ebpf_xdp_map_entry_keys", where + (map_name,), len(values), replace=True)
                 for map_key in sorted(values, key=_key_order)[:max_keys]:
-                    samples.add("ebpf_xdp_map_counter", where + (map_name, map_key), values[map_key])
+                    samples.add("ebpf_xdp_map_entry", where + (map_name, map_key), values[map_key])
+            for item in prog.get("maps") or ():
+                if "entries" in item and item["name"] not in (prog.get("counters") or {}):
+                    add_map_values(samples, where, item, max_series, ifnames)
     for set_name, groups in sorted((facts.get("devmap_groups") or {}).items()):
         for group in groups:
             labels = (key, set_name, group.get("name") or str(group["id"]), group["id"])
             samples.add("ebpf_xdp_group_frames", labels, group.get("frames", 0))
             samples.add("ebpf_xdp_group_copies", labels, group.get("copies", 0))
             samples.add("ebpf_xdp_group_members", labels, len(group.get("members") or ()), replace=True)
+
+
+def add_map_values(samples: Samples, where: tuple, item: dict, max_series: int, ifnames: dict) -> None:
+    """ebpf_xdp_map_value for every number of a decoded map's entries (maps of 64-bit counters are
+    ebpf_xdp_map_entry already), the first max_series of them; what the entry limit and the cap left out."""
+    labels = where + (item["name"],)
+    series = 0
+    dropped = 0
+    for entry in item["entries"]:
+        key_labels = tuple(key_label_pairs(entry["key"], ifnames))
+        for field, value in value_numbers(entry["value"]):
+            if series >= max_series:
+                dropped += 1
+                continue
+            series += 1
+            samples.add("ebpf_xdp_map_value", labels + (field,) + key_labels, value)
+    samples.add("ebpf_xdp_map_entries_read", labels, item.get("entries_read", len(item["entries"])), replace=True)
+    samples.add("ebpf_xdp_map_truncated", labels, 1 if item.get("truncated") else 0, replace=True)
+    samples.add("ebpf_xdp_map_series_dropped", labels, dropped)
+
+
+def value_numbers(value, path: str = ""):
+    """(path, number) of every number of a decoded value (_facts.numbers, repeated here so that the unit tests
+    need no module_utils): `bytes`, `pair.a`, `hist[2]`, "" for a value that is one number."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        yield path, value
+    elif isinstance(value, dict) and set(value) != {"hex"}:
+        for name, inner in value.items():
+            yield from value_numbers(inner, "%s.%s" % (path, name) if path else str(name))
+    elif isinstance(value, list):
+        for i, inner in enumerate(value):
+            yield from value_numbers(inner, "%s[%d]" % (path, i))
+
+
+def key_label_pairs(key, ifnames: dict, path: str = ""):
+    """(label name, value) pairs of a decoded key: ("key", ...) for a key that is one number, enumerator, text
+    or {hex}; ("key_<field>", ...) for each field of a struct key (nested fields and array items joined by _).
+    A field named as an interface index shows the interface's name where the namespace has one."""
+    if isinstance(key, dict) and set(key) != {"hex"}:
+        for name, inner in key.items():
+            yield from key_label_pairs(inner, ifnames, "%s_%s" % (path, name) if path else str(name))
+    elif isinstance(key, list):
+        for i, inner in enumerate(key):
+            yield from key_label_pairs(inner, ifnames, "%s_%d" % (path, i))
+    else:
+        text = key["hex"] if isinstance(key, dict) else str(key)
+        if path.rpartition("_")[2] in IFINDEX_FIELDS or path in IFINDEX_FIELDS:
+            text = ifnames.get(text, text)
+        yield (_label_name("key_" + path if path else "key"), text)
+
+
+def _label_name(name: str) -> str:
+    """A Prometheus label name of a C field path (letters, digits and _; C names already are)."""
+    return "".join(c if c.isalnum() and c.isascii() or c == "_" else "_" for c in name)
 
 
 def _key_order(key: str):
@@ -369,8 +463,13 @@ class Reader:
                 continue  # pins of a namespace that is gone: nothing is attached there any more
             try:
                 warnings = []
+                reading = self._reading()
                 with (_entered(path) if path else contextlib.nullcontext()):
-                    out[key] = _facts.snapshot(self.config["pin_root"], key, [], **self._warnings_to(warnings))
+                    out[key] = _facts.snapshot(self.config["pin_root"], key, [], **self._warnings_to(warnings),
+                                               **reading)
+                    if reading:
+                        # The names of the namespace's interfaces, for key fields that hold an index.
+                        out[key]["interface_names"] = dict(socket.if_nameindex())
                 for warning in warnings:
                     LOG.warning("network namespace %s: %s", key, warning)
             except Exception as exc:  # pylint: disable=broad-except
@@ -380,6 +479,25 @@ class Reader:
                 LOG.warning("reading network namespace %s failed: %s: %s", key, type(exc).__name__, exc)
                 out[key] = None
         return out, time.monotonic() - began
+
+    def _reading(self) -> dict:
+        """snapshot()'s reading argument, where the shipped _facts decodes maps: the configured maps of the
+        programs exported (ours, or every one with unmanaged_programs), with the configured entry limit."""
+        if not self.config["maps"]:
+            return {}
+        from ansible_collections.ebpf.xdp.plugins.module_utils import _facts  # pylint: disable=import-outside-toplevel
+        if not hasattr(_facts, "MapReading"):
+            return {}
+        unmanaged = self.config["unmanaged_programs"]
+
+        class ExportedReading(_facts.MapReading):
+            def wants_program(self, entry: dict) -> bool:
+                return (unmanaged or entry.get("owner") == OWNER) and super().wants_program(entry)
+
+        # Globs that match nothing are no news to the exporter's log at every scrape: not warned of.
+        reading = ExportedReading(self.config["maps"], ["*"], self.config["max_entries_per_map"])
+        reading.unmatched = lambda: {"maps": [], "programs": []}
+        return {"reading": reading}
 
     @staticmethod
     def _warnings_to(warnings: list) -> dict:
@@ -457,7 +575,8 @@ def build_samples(config: dict, snapshots: dict, seconds: float, errors: int) ->
     for key, facts in snapshots.items():
         samples.add("ebpf_xdp_netns_up", (key,), 0 if facts is None else 1, replace=True)
         if facts is not None:
-            add_namespace(samples, key, facts, config["max_keys_per_map"], config["unmanaged_programs"])
+            add_namespace(samples, key, facts, config["max_keys_per_map"], config["unmanaged_programs"],
+                          config["max_series_per_map"])
     samples.add("ebpf_xdp_collect_duration_seconds", (), round(seconds, 6), replace=True)
     samples.add("ebpf_xdp_collect_errors", (), errors, replace=True)
     samples.add("ebpf_xdp_exporter", (config["service"], config["mode"]), 1, replace=True)
@@ -543,6 +662,12 @@ class Collector:
                 family = self.core.InfoMetricFamily(name, text, labels=labels)
                 for values in sorted(series):
                     family.add_metric(list(values), {})
+            elif name == "ebpf_xdp_map_value":
+                # Label sets differ between maps (their keys'): a family of samples, each with its own.
+                family = self.core.Metric(name, text, kind)
+                for values, value in sorted(series.items()):
+                    fixed = dict(zip(labels, values[:len(labels)]))
+                    family.add_sample(name, dict(fixed, **dict(values[len(labels):])), value)
             else:
                 family = families[kind](name, text, labels=list(labels))
                 for values, value in sorted(series.items()):

@@ -72,7 +72,7 @@ def test_other_tools_programs_are_left_out_unless_asked_for():
     values = _samples()
     assert {labels[-1] for labels in values["ebpf_xdp_program"]} == {"ebpf.xdp"}
     assert len(values["ebpf_xdp_program"]) == 2
-    assert not [labels for labels in values["ebpf_xdp_map_counter"] if labels[3] == "foreign"]
+    assert not [labels for labels in values["ebpf_xdp_map_entry"] if labels[3] == "foreign"]
     # An interface where only other tools' programs run is not ours to show either.
     facts = json.loads(json.dumps(FACTS))
     facts["interfaces"]["eth1"] = {"stats": {"rx_packets": 5}, "tc": {"egress": FACTS["interfaces"]["eth0"]["tc"]["egress"]}}
@@ -88,11 +88,11 @@ def test_protocol_counters_are_packets_by_protocol_name():
 
 def test_other_maps_are_generic_counters_and_same_named_programs_add_up():
     values = _samples(config=ALL_PROGRAMS)
-    counters = values["ebpf_xdp_map_counter"]
+    counters = values["ebpf_xdp_map_entry"]
     assert counters[("rx", "eth0", "tc_ingress", "redirect_xmit", "", "redirect_count", "0")] == 20
     # Two foreign programs with one name on one hook: one series, their sum (never a duplicate series).
     assert counters[("rx", "eth0", "tc_egress", "foreign", "", "hits", "3")] == 12
-    assert values["ebpf_xdp_map_counter_keys"][("rx", "eth0", "tc_ingress", "redirect_xmit", "", "redirect_count")] == 2
+    assert values["ebpf_xdp_map_entry_keys"][("rx", "eth0", "tc_ingress", "redirect_xmit", "", "redirect_count")] == 2
 
 
 def test_named_attachments_of_one_program_on_one_hook_stay_apart():
@@ -101,7 +101,7 @@ def test_named_attachments_of_one_program_on_one_hook_stay_apart():
                   counters={"redirect_count": {"0": 5 * (i + 1)}}) for i, name in enumerate(("first", "second"))]
     facts["interfaces"]["eth0"]["tc"]["ingress"] += named
     values = _samples(facts)
-    counters = values["ebpf_xdp_map_counter"]
+    counters = values["ebpf_xdp_map_entry"]
     assert [counters[("rx", "eth0", "tc_ingress", "redirect_xmit", name, "redirect_count", "0")]
             for name in ("", "first", "second")] == [20, 5, 10]
     assert ("rx", "eth0", "tc_ingress", "redirect_xmit", "second", "tcx", "71", "aa", "ebpf.xdp") in \
@@ -112,9 +112,9 @@ def test_keys_per_map_are_capped_but_counted():
     facts = json.loads(json.dumps(FACTS))
     facts["interfaces"]["eth0"]["tc"]["ingress"][0]["counters"]["redirect_count"] = {str(k): 1 for k in range(100)}
     values = _samples(facts, {"max_keys_per_map": 10})
-    keys = [labels[-1] for labels in values["ebpf_xdp_map_counter"] if labels[3] == "redirect_xmit"]
+    keys = [labels[-1] for labels in values["ebpf_xdp_map_entry"] if labels[3] == "redirect_xmit"]
     assert keys == [str(k) for k in range(10)]
-    assert values["ebpf_xdp_map_counter_keys"][("rx", "eth0", "tc_ingress", "redirect_xmit", "", "redirect_count")] == 100
+    assert values["ebpf_xdp_map_entry_keys"][("rx", "eth0", "tc_ingress", "redirect_xmit", "", "redirect_count")] == 100
 
 
 def test_interface_statistics_and_groups():
@@ -125,7 +125,7 @@ def test_interface_statistics_and_groups():
     assert values["ebpf_xdp_group_copies"][("rx", "multicast", "video", "1")] == 20
     assert values["ebpf_xdp_group_members"][("rx", "multicast", "video", "1")] == 2
     # The group counter maps, shared by every port of the set, are not repeated per port as generic counters.
-    assert not [labels for labels in values["ebpf_xdp_map_counter"] if labels[5].startswith("mcast_")]
+    assert not [labels for labels in values["ebpf_xdp_map_entry"] if labels[5].startswith("mcast_")]
 
 
 def test_a_namespace_that_failed_is_down_and_has_no_series():
@@ -164,6 +164,11 @@ def test_every_metric_follows_the_naming_conventions():
     ({"max_connections": True}, "max_connections True must be a number >= 1"),
     ({"request_timeout": 0}, "request_timeout 0 must be a positive number"),
     ({"web_config_file": "web.yml"}, "web_config_file 'web.yml' must be an absolute path"),
+    ({"maps": "xdp_stats_map"}, "maps 'xdp_stats_map' must be a list of map name globs"),
+    ({"maps": [""]}, "must be a list of map name globs"),
+    ({"max_entries_per_map": 0}, "max_entries_per_map 0 must be a number >= 1"),
+    ({"max_entries_per_map": -3}, "max_entries_per_map -3 must be a number >= 1"),
+    ({"max_series_per_map": True}, "max_series_per_map True must be a number >= 1"),
 ])
 def test_bad_configurations_are_named(raw, message):
     with pytest.raises(exporter.ConfigError, match=re.escape(message)):
@@ -264,7 +269,7 @@ def test_dashboard_queries_use_exported_metrics_only():
 def test_dashboard_has_the_panels_the_issue_asks_for():
     titles = {panel["title"] for panel in _dashboard()["panels"]}
     for title in ("Packets per interface", "Packets per program", "Packets per protocol", "Drop share",
-                  "Group copies"):
+                  "Group copies", "User map rates", "User map values"):
         assert title in titles
     ids = [panel["id"] for panel in _dashboard()["panels"]]
     assert len(ids) == len(set(ids))
@@ -296,3 +301,68 @@ def test_module_utils_import_from_the_roles_one_file(tmp_path):
         sys.meta_path.remove(finder)
         for name in (prefix + ".zz_top", prefix + ".zz_layer", prefix + ".zz_layer.low"):
             sys.modules.pop(name, None)
+
+
+STATS_MAP = {"id": 7, "name": "xdp_stats_map", "type": "percpu_array", "btf": True, "key_type": "__u32",
+             "value_type": "struct xdp_stats_record", "entries_read": 5, "truncated": False, "entries_total": 5,
+             "entries": [{"key": 1, "value": {"rx_packets": 30, "packets": 30, "rx_bytes": 2700, "bytes": 2700}},
+                         {"key": 2, "value": {"rx_packets": 30, "packets": 30, "rx_bytes": 2700, "bytes": 2700}}]}
+FLOWS_MAP = {"id": 8, "name": "flows", "type": "hash", "btf": True, "entries_read": 2, "truncated": True,
+             "entries_total": None,
+             "entries": [{"key": {"ifindex": 2, "addr": {"hex": "0a000001"}, "ports": [53, 54]},
+                          "value": {"hist": [1, 2], "label": "dns", "state": "OPEN"}},
+                         {"key": {"ifindex": 9, "addr": {"hex": "0a000002"}, "ports": [53, 55]},
+                          "value": {"hist": [3, 4], "label": "dns", "state": "OPEN"}}]}
+
+
+def _decoded_facts(maps, counters=None):
+    return {"netns": "rx", "interface_names": {1: "lo", 2: "eth0"}, "interfaces": {"eth0": {
+        "ifindex": 2, "stats": {},
+        "xdp": {"id": 42, "name": "xdpfilt_alw_udp", "tag": "87", "mode": "generic", "owner": "ebpf.xdp",
+                "program": "xdpfilt_alw_udp", "counters": counters or {}, "maps": maps}}}}
+
+
+def _map_values(values):
+    """ebpf_xdp_map_value's series as {(map, field, key labels...): value}."""
+    fixed = len(exporter.MAP_VALUE_LABELS)
+    return {(labels[5], labels[6]) + labels[fixed:]: value for labels, value in values["ebpf_xdp_map_value"].items()}
+
+
+def test_every_number_of_a_decoded_map_is_a_sample_with_its_key_as_labels():
+    values = _samples(_decoded_facts([STATS_MAP, FLOWS_MAP]))
+    series = _map_values(values)
+    # A struct value: a series per field (both names of a union's members), the key that is one number as key.
+    assert series[("xdp_stats_map", "rx_packets", ("key", "1"))] == 30
+    assert series[("xdp_stats_map", "bytes", ("key", "2"))] == 2700
+    # A struct key: a label per field (array items and {hex} bytes too); an ifindex by its interface's name
+    # where the namespace has it. Text and enumerators of the value are no numbers.
+    assert series[("flows", "hist[1]", ("key_ifindex", "eth0"), ("key_addr", "0a000001"), ("key_ports_0", "53"),
+                   ("key_ports_1", "54"))] == 2
+    assert series[("flows", "hist[0]", ("key_ifindex", "9"), ("key_addr", "0a000002"), ("key_ports_0", "53"),
+                   ("key_ports_1", "55"))] == 3
+    assert len(series) == 8 + 4
+    where = ("rx", "eth0", "xdp", "xdpfilt_alw_udp", "")
+    assert values["ebpf_xdp_map_entries_read"][where + ("flows",)] == 2
+    assert values["ebpf_xdp_map_truncated"][where + ("flows",)] == 1
+    assert values["ebpf_xdp_map_truncated"][where + ("xdp_stats_map",)] == 0
+    assert values["ebpf_xdp_map_series_dropped"][where + ("xdp_stats_map",)] == 0
+
+
+def test_series_per_map_are_capped_and_what_was_left_out_is_counted():
+    values = _samples(_decoded_facts([STATS_MAP, FLOWS_MAP]), {"max_series_per_map": 3})
+    series = _map_values(values)
+    assert len([s for s in series if s[0] == "xdp_stats_map"]) == 3
+    assert len([s for s in series if s[0] == "flows"]) == 3
+    where = ("rx", "eth0", "xdp", "xdpfilt_alw_udp", "")
+    assert values["ebpf_xdp_map_series_dropped"][where + ("xdp_stats_map",)] == 5
+    assert values["ebpf_xdp_map_series_dropped"][where + ("flows",)] == 1
+
+
+def test_maps_of_counters_stay_counters_and_other_tools_maps_need_unmanaged():
+    counters = dict(STATS_MAP, name="totals", entries=[{"key": 0, "value": 5}])
+    values = _samples(_decoded_facts([counters], {"totals": {"0": 5}}))
+    assert not values["ebpf_xdp_map_value"] and values["ebpf_xdp_map_entry"]
+    foreign = _decoded_facts([STATS_MAP])
+    foreign["interfaces"]["eth0"]["xdp"]["owner"] = "unmanaged"
+    assert not _samples(foreign)["ebpf_xdp_map_value"]
+    assert _samples(foreign, ALL_PROGRAMS)["ebpf_xdp_map_value"]

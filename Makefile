@@ -9,7 +9,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.build/collections
 export ANSIBLE_FORCE_COLOR ?= 0
 PYTEST := $(VENV)/bin/python -m pytest
 
-.PHONY: setup deploy lab-up lab-down vm-up vm-down test test-vm unit integration integration-shared integration-quiet benchmark-smoke sanity lint docs docs-lint molecule benchmark clean
+.PHONY: setup deploy lab-up lab-down vm-up vm-down test test-vm unit integration integration-shared integration-quiet benchmark-smoke sanity lint docs docs-lint molecule ee benchmark clean
 
 setup:
 	@bash scripts/setup.sh
@@ -73,6 +73,11 @@ lint:
 
 molecule: setup
 	bash scripts/molecule.sh
+
+# The execution environment image (ee/Containerfile; README, "Execution environment"): built only when its
+# inputs changed.
+ee: setup
+	bash scripts/ee.sh
 
 benchmark: setup
 	bash scripts/benchmark.sh

@@ -63,31 +63,87 @@ def pytest_sessionstart(session):
             reporter.write_line(line)
 
 
-@pytest.hookimpl(tryfirst=True)
+@pytest.hookimpl(wrapper=True)
 def pytest_pyfunc_call(pyfuncitem):
-    """A test marked kernel(feature) on a kernel without it: assert the feature's refusal instead."""
+    """A test marked kernel(feature) on a kernel without it runs watched (kernel_features.Watch): its own first
+    call that needs the feature must come back refused with the collection's words and change nothing; the test
+    ends there, reported as a refusal asserted (pytest_report_teststatus), not as a pass. Hardware a machine
+    lacks (a second CPU) is the one allowed skip."""
+    marked = []
     for marker in pyfuncitem.iter_markers("kernel"):
         feature = marker.args[0]
         assert feature in kernel_features.PROBES, "unknown kernel feature %r" % feature
-        if not kernel_features.features()[feature]:
-            tmp_path = pyfuncitem.config._tmp_path_factory.mktemp("refusal")  # pylint: disable=protected-access
-            said = kernel_features.refuse_instead(feature, tmp_path)
-            # On its report, so that the run's summary lists it also when a worker ran it (pytest-xdist).
-            pyfuncitem.user_properties.append(("kernel_refusal", (feature, said)))
-            return True
+        marked.append(feature)
+    lacking = kernel_features.hardware_lacking(marked)
+    if lacking:
+        pyfuncitem.user_properties.append(("hardware_skip", lacking[0]))
+        pytest.skip("this machine has no %s: %s" % (lacking[0], kernel_features.PROBES[lacking[0]][0]))
+    absent = [f for f in marked if not kernel_features.features()[f]]
+    if not absent:
+        return (yield)
+    unknown = [f for f in absent if f not in kernel_features.REFUSED_WITH]
+    if unknown:
+        pytest.fail("the kernel lacks %s (%s) and kernel_features.REFUSED_WITH has no refusal for it: a test that "
+                    "needs it must assert the collection's clear error where it is absent"
+                    % (unknown[0], kernel_features.PROBES[unknown[0]][0]), pytrace=False)
+    watch = kernel_features.start_watch(absent)
+    try:
+        try:
+            yield
+        except kernel_features.RefusalAsserted:
+            pass
+        except Exception as exc:  # pylint: disable=broad-except
+            try:
+                watch.raised(exc)
+            except kernel_features.RefusalAsserted:
+                pass
+            else:
+                raise
+    finally:
+        kernel_features.end_watch()
+    if watch.said is None:
+        pytest.fail("this kernel has no %s, and the test ran to its end without a call of its own refused: it "
+                    "does not need %s (its kernel marker is wrong), or a call that needs it is not recognised "
+                    "(kernel_features.NEEDED_BY)" % (" or ".join(absent), " or ".join(absent)), pytrace=False)
+    # On its report, so that the run's summary lists it also when a worker ran it (pytest-xdist).
+    pyfuncitem.user_properties.append(("kernel_refusal", watch.said))
+    return True
+
+
+def _properties(report):
+    return dict(getattr(report, "user_properties", ()) or ())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_report_teststatus(report, config):  # pylint: disable=unused-argument
+    """A refusal asserted and a hardware skip are counted apart from the passes and from any other skip: the
+    summary line says `N passed, M refusals asserted, K skipped (hardware)`. Called where the report is shown:
+    with pytest-xdist, in the main process, on the workers' reports."""
+    properties = _properties(report)
+    if report.when == "call" and report.passed and "kernel_refusal" in properties:
+        return "refusals asserted", "R", "REFUSAL ASSERTED"
+    if report.when == "call" and report.skipped and "hardware_skip" in properties:
+        return "skipped (hardware)", "h", "SKIPPED (hardware)"
     return None
 
 
-# (nodeid, feature, what was asserted) of each test run as its feature's refusal, for the run's summary.
+# (nodeid, feature, what was asserted) of each test run as its feature's refusal, for the run's summary; the
+# hardware skips, and the rates excused by the load of the machine (xfail with a load average in its reason).
 REFUSALS = []
+HARDWARE_SKIPS = []
+EXCUSED_BY_LOAD = []
 
 
 def pytest_runtest_logreport(report):
     """Reports reach this process from its own tests and, under pytest-xdist, from the workers'."""
-    for name, value in getattr(report, "user_properties", ()):
-        if name == "kernel_refusal" and report.when == "call":
-            feature, said = value
-            REFUSALS.append((report.nodeid, feature, said))
+    properties = _properties(report)
+    if report.when == "call" and "kernel_refusal" in properties:
+        feature, said = properties["kernel_refusal"]
+        REFUSALS.append((report.nodeid, feature, said))
+    if report.when == "call" and report.skipped and "hardware_skip" in properties:
+        HARDWARE_SKIPS.append((report.nodeid, properties["hardware_skip"]))
+    if report.skipped and getattr(report, "wasxfail", None) and "load average" in report.wasxfail:
+        EXCUSED_BY_LOAD.append((report.nodeid, report.wasxfail))
 
 
 def pytest_terminal_summary(terminalreporter, config):  # pylint: disable=unused-argument
@@ -95,6 +151,20 @@ def pytest_terminal_summary(terminalreporter, config):  # pylint: disable=unused
         terminalreporter.section("kernel features absent: refusals asserted instead (%d tests)" % len(REFUSALS))
         for nodeid, feature, said in REFUSALS:
             terminalreporter.write_line("%s  [no %s] %s" % (nodeid, feature, said))
+    if HARDWARE_SKIPS:
+        terminalreporter.section("hardware this machine lacks: skipped (%d tests)" % len(HARDWARE_SKIPS))
+        for nodeid, feature in HARDWARE_SKIPS:
+            terminalreporter.write_line("%s  [no %s] %s" % (nodeid, feature, kernel_features.PROBES[feature][0]))
+    if EXCUSED_BY_LOAD:
+        terminalreporter.section("rates below their floor, excused by the load of the machine (%d tests)"
+                                 % len(EXCUSED_BY_LOAD))
+        for nodeid, reason in EXCUSED_BY_LOAD:
+            terminalreporter.write_line("%s  %s" % (nodeid, reason))
+    # The summary line in the order `passed, refusals asserted, skipped (hardware)`: pytest puts the categories
+    # it does not know after its own, in the order they were first seen.
+    for key in ("refusals asserted", "skipped (hardware)"):
+        if key in terminalreporter.stats:
+            terminalreporter.stats[key] = terminalreporter.stats.pop(key)
 
 
 @pytest.fixture(scope="session")
@@ -183,6 +253,9 @@ def ansible_playbook(*args, check=False, expect_ok=True, extra_vars=()):
         out = json.loads(proc.stdout)
     except ValueError:
         raise AssertionError("ansible-playbook printed no JSON:\n%s\n%s" % (proc.stdout[-3000:], proc.stderr[-3000:]))
+    watch = kernel_features.watching()
+    if watch:  # a task refused for a feature this kernel lacks ends a watched test there
+        watch.playbook_run(out)
     if expect_ok:
         failed = {h: s for h, s in out["stats"].items() if s["failures"] or s["unreachable"]}
         assert proc.returncode == 0 and not failed, json.dumps(failed) + proc.stdout[-6000:] + proc.stderr[-2000:]
@@ -270,6 +343,12 @@ class ModuleRunner(object):
         # Every module with a pin_root gets the test's: what a test leaves never reaches the machine's own.
         if pin and module in ("xdp_program", "tc_program", "xdp_facts", "datapath", "devmap_group", "replay"):
             args.setdefault("pin_root", self.pin_root)
+        watch = kernel_features.watching()
+        if watch:  # a test of a feature this kernel lacks: this run may be the one its refusal is asserted on
+            return watch.module_run(lambda: self._run(module, args, check, diff, no_caps, env), module, args, check)
+        return self._run(module, args, check, diff, no_caps, env)
+
+    def _run(self, module, args, check, diff, no_caps, env):
         # Root without capabilities: what a task without become looks like to the kernel
         # (a real unprivileged user could not even read a checkout under /root).
         prefix = ["setpriv", "--bounding-set=-all", "--inh-caps=-all"] if no_caps else []

@@ -8,9 +8,10 @@ act_bpf on request, and the pktgen module loads pktgen itself.
 
 A test that depends on a feature carries `@pytest.mark.kernel("name")`
 (or parameters so marked, see `needs`). Where the feature is absent, that
-test's body is not run: conftest runs the feature's refusal check instead
-(the collection's documented clear error, nothing changed) and lists it at
-the end of the run. A test that asserts both cases itself, reading the table,
+test runs watched (Watch, below): its own first call that needs the feature
+must be refused with the collection's words (REFUSED_WITH), changing
+nothing; it ends there and is counted as a refusal asserted, listed at the
+end of the run. A test that asserts both cases itself, reading the table,
 carries `@pytest.mark.kernel_either("name")`: make test-vm runs it on
 Debian 12's kernel too. Nothing here skips.
 """
@@ -148,91 +149,192 @@ def needs(feature, *values):
 
 
 # ------------------------------------------------------------------ refusals
-# What the collection says where a feature is absent: each check runs the module the way a user would, on a
-# fresh veth pair, and asserts the clear error and that nothing was left behind.
+# Where a feature is absent, a test that needs it runs all the same, watched (conftest's pytest_pyfunc_call):
+# its own first call that needs the feature must come back refused, with the collection's words for that
+# feature, and change nothing; the test ends there and is counted as a refusal asserted, not as a pass. A
+# call that needed the feature and was not refused so fails the test, and so does a test that ran to its end
+# without any call refused: its marker claims a feature it never used.
+
+# feature -> the words of the collection's refusal (a module's failed result, or the error the collection's
+# code raises in a test's own process); any one of them.
+REFUSED_WITH = {
+    "tcx": ("needs tcx links, which Linux has from 6.6",
+            "among the programs of the tcx hook, which Linux has from 6.6"),
+    "act_bpf": ("no act_bpf (CONFIG_NET_ACT_BPF)",),
+    "pktgen": ("has no pktgen",),
+    "xdp_dispatcher": ("needs libxdp's dispatcher, which cannot work here: this kernel refuses freplace "
+                       "(BPF_PROG_TYPE_EXT)",),
+}
+# What the kernel itself answers where a test's own setup asks it directly (the libbpf binding in the test's
+# process, or tc as a witness), with no module between them to word it: tcx links are an attach type 6.1 does
+# not know, and tc cannot load an act_bpf action.
+KERNEL_REFUSED_WITH = {
+    "tcx": re.compile(r"(attach tcx_\w+ link to|query tcx_\w+ hook of) ifindex \d+: .*\(errno 22 EINVAL\)"),
+    "act_bpf": re.compile(r"Error: Failed to load TC action module"),
+}
 
 
-def _tc_refusal(method, words, tmp_path):
-    from conftest import BPF_DIR, PIN_ROOT_BASE, ModuleRunner, Pair, SYSTEM_PYTHON, VENV_PYTHON, compile_bpf, sh
-    obj = compile_bpf(os.path.join(BPF_DIR, "tc_redirect.bpf.c"), tmp_path / "tc_redirect.o",
-                      [os.path.join(BPF_DIR, "include")])
-    pin_root = "%s/%s" % (PIN_ROOT_BASE, uuid.uuid4().hex[:8])
-    pair = Pair()
-    pair.up()
-    try:
-        for python in (SYSTEM_PYTHON, VENV_PYTHON):
-            run = ModuleRunner(python, pin_root)
-            for check in (True, False):
-                res = run("tc_program", dict(interface="eth0", netns=pair.rx, object=obj, program="tc_drop_count",
-                                             method=method), check=check)
-                assert res.get("failed") and words in res["msg"], (method, check, res)
-            assert sh("tc", "-n", pair.rx, "qdisc", "show", "dev", "eth0", "clsact").stdout.strip() == ""
-            assert not os.path.exists(pin_root) or not any(os.scandir(pin_root)), "pins left"
-    finally:
-        pair.down()
-        shutil.rmtree(pin_root, ignore_errors=True)
-    return "tc_program method %s: %r" % (method, words)
+def _present(args):
+    return args.get("state", "present") == "present"
 
 
-def _pktgen_refusal(tmp_path):
-    from conftest import ModuleRunner, SYSTEM_PYTHON, VENV_PYTHON
-    args = {"interface": "lo", "dst_ip": "127.0.0.1", "dst_mac": "00:00:00:00:00:01", "count": 10}
-    for python in (SYSTEM_PYTHON, VENV_PYTHON):
-        for check in (False, True):
-            res = ModuleRunner(python, str(tmp_path))("pktgen", args, check=check)
-            assert res.get("failed") and "has no pktgen" in res["msg"] and "/proc/net/pktgen" in res["msg"], res
-            assert ("`modprobe --dry-run pktgen` failed" if check else "`modprobe pktgen` failed") in res["msg"], res
-    assert not os.path.isdir("/proc/net/pktgen"), "the refusal loaded pktgen"
-    return "pktgen: 'has no pktgen' (check mode and run)"
+def _tc_entries(module, args):
+    """The tc attachments a run asks for, present: tc_program's own arguments, or datapath's config.tc."""
+    if module == "tc_program":
+        return [args] if _present(args) else []
+    if module == "datapath" and args.get("state", "merged") not in ("deleted", "gathered"):
+        return (args.get("config") or {}).get("tc") or []
+    return []
 
 
-def _dispatcher_refusal(tmp_path):
-    from conftest import BPF_DIR, PIN_ROOT_BASE, ModuleRunner, Pair, SYSTEM_PYTHON, VENV_PYTHON, compile_bpf, sh
-    obj = compile_bpf(os.path.join(BPF_DIR, "xdp_drop_count.bpf.c"), tmp_path / "xdp_drop_count.o",
-                      [os.path.join(BPF_DIR, "include")])
-    pin_root = "%s/%s" % (PIN_ROOT_BASE, uuid.uuid4().hex[:8])
-    pair = Pair()
-    pair.up()
-    words = "needs libxdp's dispatcher, which cannot work here: this kernel refuses freplace (BPF_PROG_TYPE_EXT)"
-    try:
-        for python in (SYSTEM_PYTHON, VENV_PYTHON):
-            run = ModuleRunner(python, pin_root)
-            for check in (True, False):
-                res = run("xdp_program", dict(interface="eth0", netns=pair.rx, object=obj, name="counter",
-                                              priority=10), check=check)
-                assert res.get("failed") and words in res["msg"] and "Nothing was changed" in res["msg"], res
-            assert "prog/xdp" not in sh("ip", "-n", pair.rx, "-d", "link", "show", "eth0").stdout
-            assert not os.path.exists(pin_root) or not any(os.scandir(pin_root)), "pins left"
-    finally:
-        pair.down()
-        shutil.rmtree(pin_root, ignore_errors=True)
-    return "xdp_program name: %r" % words
+def _xdp_entries(module, args):
+    if module == "xdp_program":
+        return [args] if _present(args) else []
+    if module == "datapath" and args.get("state", "merged") not in ("deleted", "gathered"):
+        return (args.get("config") or {}).get("xdp") or []
+    return []
 
 
-REFUSALS = {
-    "xdp_dispatcher": _dispatcher_refusal,
-    "tcx": lambda tmp_path: _tc_refusal("tcx", "needs tcx links, which Linux has from 6.6", tmp_path),
-    "act_bpf": lambda tmp_path: _tc_refusal("act_bpf", "no act_bpf (CONFIG_NET_ACT_BPF)", tmp_path),
-    "pktgen": _pktgen_refusal,
+# feature -> whether a module run (module, its arguments) needs it: the options that ask for it.
+NEEDED_BY = {
+    "tcx": lambda module, args: any(e.get("method") == "tcx" or e.get("before") or e.get("after")
+                                    for e in _tc_entries(module, args)),
+    "act_bpf": lambda module, args: any(e.get("method") == "act_bpf" for e in _tc_entries(module, args)),
+    "pktgen": lambda module, args: module == "pktgen",
+    "xdp_dispatcher": lambda module, args: any(e.get("name") for e in _xdp_entries(module, args)),
 }
 
 
 # What a machine may lack without a kernel to refuse it: a test that needs it is the one allowed skip.
 HARDWARE = {"two_cpus"}
 
-_REFUSED = {}
+
+class RefusalAsserted(BaseException):
+    """A watched test's own call was refused as the collection words it, and changed nothing: the test ends
+    there (a BaseException, so that no `except Exception` of a test swallows it; its finally blocks and
+    fixtures still clean up)."""
 
 
-def refuse_instead(feature, tmp_path):
-    """Run feature's refusal check, once per session (a test that needs an absent feature); what it asserted,
-    in words. Hardware (a second CPU) is the one allowed skip; a kernel feature without a refusal check fails
-    the test, so that none skips quietly."""
-    if feature in HARDWARE:
-        pytest.skip("this machine has no %s: %s" % (feature, PROBES[feature][0]))
-    if feature not in REFUSALS:
-        pytest.fail("the kernel lacks %s (%s) and kernel_features.REFUSALS has no refusal check for it: a test "
-                    "that needs it must assert the collection's clear error where it is absent"
-                    % (feature, PROBES[feature][0]), pytrace=False)
-    if feature not in _REFUSED:
-        _REFUSED[feature] = REFUSALS[feature](tmp_path)
-    return _REFUSED[feature]
+def _host(module, args):
+    """What a refused call must leave as it found it: the programs and qdiscs of the namespaces it names, the
+    pins under its pin_root, the loaded kernel modules (pktgen and act_bpf are loaded on request)."""
+    import pin_snapshot
+    namespaces = {args.get("netns")} | {e.get("netns") for e in _tc_entries(module, args) + _xdp_entries(module, args)}
+    namespaces |= set(args.get("namespaces") or ())
+    namespaces = sorted(ns for ns in namespaces if ns)
+    pin_root = args.get("pin_root")
+    return {"programs": {ns: pin_snapshot.programs(ns) for ns in namespaces},
+            "qdiscs": {ns: pin_snapshot.qdiscs(ns) for ns in namespaces},
+            "pins": pin_snapshot.tree(pin_root, pinned=True) if pin_root else None,
+            "modules": pin_snapshot.kernel_modules(), "pktgen": os.path.isdir("/proc/net/pktgen")}
+
+
+class Watch(object):
+    """One test run on a kernel without some of the features it is marked with (conftest: pytest_pyfunc_call,
+    ModuleRunner, ansible_playbook). Nothing is cached across tests: each asserts its own call's refusal."""
+
+    def __init__(self, absent):
+        self.absent = list(absent)
+        self.said = None  # (feature, what was refused, in words) once a call was
+
+    def words(self, text):
+        """The absent feature whose refusal text carries, and the words found; (None, None) if none."""
+        for feature in self.absent:
+            for words in REFUSED_WITH.get(feature, ()):
+                if words in text:
+                    return feature, words
+        return None, None
+
+    def kernel_words(self, text):
+        for feature in self.absent:
+            pattern = KERNEL_REFUSED_WITH.get(feature)
+            found = pattern.search(text) if pattern else None
+            if found:
+                return feature, found.group(0)
+        return None, None
+
+    def refused(self, feature, what):
+        self.said = (feature, what)
+        raise RefusalAsserted(what)
+
+    def module_run(self, run, module, args, check):
+        """run() (one module run) watched: a refusal ends the test, a run that needed an absent feature and
+        was not refused with its words fails it."""
+        needs = [feature for feature in self.absent if feature in NEEDED_BY and NEEDED_BY[feature](module, args)]
+        before = _host(module, args)
+        res = run()
+        feature, words = self.words(str(res.get("msg", ""))) if res.get("failed") else (None, None)
+        how = "%s%s" % (module, " (check mode)" if check else "")
+        if feature:
+            after = _host(module, args)
+            if after != before:
+                pytest.fail("%s was refused for %s (%r) but changed the host: before %s, after %s"
+                            % (how, feature, words, before, after), pytrace=False)
+            self.refused(feature, "%s refused: %r, nothing changed" % (how, words))
+        if needs:
+            pytest.fail("this kernel has no %s, so %s with %s should have been refused with %s; it returned %s"
+                        % (", ".join(needs), how, _options(args), " or ".join(
+                            repr(w) for f in needs for w in REFUSED_WITH.get(f, ())), _brief(res)), pytrace=False)
+        return res
+
+    def playbook_run(self, out):
+        """An ansible-playbook run watched: a task failed with the refusal's words ends the test there."""
+        for play in out.get("plays", ()):
+            for task in play["tasks"]:
+                for host, result in task["hosts"].items():
+                    feature, words = self.words(str(result.get("msg", ""))) if result.get("failed") else (None, None)
+                    if feature:
+                        self.refused(feature, "task %r on %s refused: %r" % (task["task"]["name"], host, words))
+
+    def raised(self, exc):
+        """An error the test's own process raised (a test that uses the collection's code or the binding
+        directly): the refusal if it is the collection's, or the kernel's through the binding."""
+        if isinstance(exc, AssertionError):
+            return
+        text = "%s\n%s" % (exc, getattr(exc, "stderr", None) or "")  # a command's own words (CalledProcessError)
+        feature, words = self.words(text)
+        if feature:
+            self.refused(feature, "%s refused in this process: %r" % (type(exc).__name__, words))
+        feature, words = self.kernel_words(text)
+        if feature:
+            self.refused(feature, "%s: the kernel refused %r" % (type(exc).__name__, words))
+
+
+def _options(args):
+    return {k: v for k, v in args.items() if k in ("method", "name", "before", "after", "interface", "state")
+            or k == "config"}
+
+
+def _brief(res):
+    return {k: res[k] for k in ("failed", "changed", "msg") if k in res}
+
+
+_WATCH = []
+
+
+def watching():
+    """The running test's Watch, or None (the kernel has what the test needs)."""
+    return _WATCH[0] if _WATCH else None
+
+
+def start_watch(absent):
+    del _WATCH[:]
+    _WATCH.append(Watch(absent))
+    return _WATCH[0]
+
+
+def end_watch():
+    del _WATCH[:]
+
+
+def asserted(feature, what):
+    """A test that asserts a refusal with its own words (a driver below the modules, say) ends there, counted as
+    that refusal, when it runs watched on a kernel without feature; elsewhere (kernel_either) it goes on."""
+    watch = watching()
+    if watch and feature in watch.absent:
+        watch.refused(feature, what)
+
+
+def hardware_lacking(features_of_test):
+    """The hardware a test needs and this machine lacks (the one allowed skip)."""
+    return [f for f in features_of_test if f in HARDWARE and not features()[f]]

@@ -120,11 +120,12 @@ def test_pktgen_bad_input_on_the_target_kernel(run_distro, pair, drop_obj):
         assert res.get("failed") and not res.get("total"), res
         return res["msg"]
 
-    assert msg(interface="nosuch0").startswith("interface 'nosuch0' does not exist")
-    assert msg(cpus=[0, 63]).startswith("CPU 63 is not present or not online (online: ")
-    # The kernel refuses this one: configured up to the refusal, then removed again (the files below).
+    # The kernel refuses this one: configured up to the refusal, then removed again (the files below). First: a
+    # kernel without pktgen answers it with its refusal (the interface and CPUs are checked before pktgen is).
     burst = msg(burst=8)
     assert burst.startswith("pktgen refused 'burst 8' on eth0@0 (not supported)") and "IFF_TX_SKB_SHARING" in burst
+    assert msg(interface="nosuch0").startswith("interface 'nosuch0' does not exist")
+    assert msg(cpus=[0, 63]).startswith("CPU 63 is not present or not online (online: ")
     assert msg(xmit_mode="netif_receive").startswith(
         "refusing xmit_mode netif_receive into veth eth0: it has a generic-mode XDP program")
     assert msg(netns=pair.rx, dst_mac=pair.tx_mac).startswith(
@@ -168,8 +169,8 @@ def test_bad_settings_each_a_clear_error(tmp_path):
 @pytest.mark.kernel("pktgen")
 def test_pktgen_here_sends_what_the_receiver_counts(run_distro, pair, drop_obj):
     """pktgen on this machine's own kernel where it has one (loadable counts): a paced, bounded run out of a
-    veth, every frame counted by xdp_drop_count on the peer. On a kernel without pktgen, conftest asserts
-    the module's refusal instead (kernel_features: check mode and run, nothing loaded)."""
+    veth, every frame counted by xdp_drop_count on the peer. On a kernel without pktgen, its own pktgen run
+    must be refused, loading nothing (conftest's watch, kernel_features.Watch), and the test ends there."""
     count = 2000
     attached = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj, mode="native"))
     assert attached["changed"] and not attached.get("failed"), attached

@@ -13,6 +13,7 @@ import subprocess
 
 import pytest
 
+import kernel_features
 import tc_netlink_driver as driver
 from conftest import IN_VENV, SYSTEM_PYTHON, compile_bpf
 
@@ -129,6 +130,7 @@ def _act_bpf(scenario, pair, tc_obj, direction):
     if not out["supported"]:
         assert_error(out["first_attach"], "TcError", "add act_bpf u32 filter prio 2 handle 0x1 to %s" % direction,
                      "No such file or directory (errno 2)", "CONFIG_NET_ACT_BPF", err=2)
+        kernel_features.asserted("act_bpf", "the driver's first act_bpf attach refused: %r" % "CONFIG_NET_ACT_BPF")
     return out
 
 

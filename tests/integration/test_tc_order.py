@@ -8,8 +8,8 @@ returning TCX_NEXT (-1, TC_ACT_UNSPEC) hands the frame to the next one; any othe
 returns TCX_NEXT, each one counts every frame, and when the first one passes (TC_ACT_OK), only it counts them.
 cls_bpf filters in direct-action mode chain the same way, in priority order.
 
-Tests that need tcx are marked kernel("tcx"): on a kernel without it (Debian 12's 6.1) conftest asserts the
-refusal instead, and test_ordering_without_tcx_is_refused asserts the ordering options' own refusal there.
+Tests that need tcx are marked kernel("tcx"): on a kernel without it (Debian 12's 6.1) each asserts the refusal
+of its own first call that needs tcx (kernel_features.Watch), and test_ordering_without_tcx_is_refused asserts the ordering options' own refusal there.
 """
 
 import contextlib

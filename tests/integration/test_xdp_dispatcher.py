@@ -5,8 +5,9 @@ of its own next to ours, and its `status` lists the dispatcher's programs in
 run order, which the facts must agree with. Frames are counted where they
 arrive: by each program's own counter map and by the receiver's IP stack.
 Where the kernel cannot run the dispatcher (this development machine's: no
-freplace programs), these tests run kernel_features' refusal check instead
-(the task fails saying why, nothing changed); make test-vm runs them on
+freplace programs), each of these tests asserts the refusal of its own first
+named attachment (the task fails saying why, nothing changed: conftest's
+watch, kernel_features.Watch) and ends there; make test-vm runs them on
 Debian 12's kernel, where the dispatcher works.
 """
 
@@ -17,6 +18,7 @@ import threading
 import pytest
 
 from conftest import assert_rhythm, compile_bpf, BPF_DIR, ROOT, sh
+import kernel_features
 from kernel_features import xdp_loader, xdp_tools_object
 from test_tc_order import old_collection, run_old
 from test_xdp_program import pins
@@ -229,6 +231,8 @@ def test_the_dispatcher_cost_benchmark_smoke():
     1 and 3 programs test-run beside the program alone, the figures sane, libxdp's pins gone after."""
     pins_before = sorted(os.listdir("/sys/fs/bpf/xdp")) if os.path.isdir("/sys/fs/bpf/xdp") else []
     res = sh(sys.executable, os.path.join(ROOT, "tests", "benchmarks", "dispatcher.py"), "--smoke")
+    if "libxdp's dispatcher cannot work here: this kernel refuses freplace (BPF_PROG_TYPE_EXT)" in res.stdout:
+        kernel_features.asserted("xdp_dispatcher", "dispatcher.py refused: %r" % res.stdout.strip()[:120])
     assert "figures sane" in res.stdout, res.stdout
     assert (sorted(os.listdir("/sys/fs/bpf/xdp")) if os.path.isdir("/sys/fs/bpf/xdp") else []) == pins_before
 

@@ -10,7 +10,7 @@
 # through Ansible there: pytest runs inside the VM with Debian's Python and
 # starts the modules directly (conftest's ModuleRunner), on veth pairs in
 # namespaces of the VM. The VM has no network but the SSH port, so the Python
-# packages the tests need beyond the image's (pytest, ansible-core, the same
+# packages the tests need beyond the image's (pytest, ansible-core, bcrypt, the same
 # versions as the venv's) are installed here, for the VM's Python (3.11, as
 # this machine's), and copied in with the checkout's files (what git would
 # commit: tracked and new ones, nothing it ignores).
@@ -26,7 +26,7 @@ SITE=.build/vm-site # the packages for the VM's Python
 say() { echo "test_vm.sh: $*"; }
 
 # The venv's versions of what the tests import, for the VM's Python; rebuilt when they change.
-want=$(.venv/bin/pip freeze --disable-pip-version-check | grep -iE '^(pytest|pytest-xdist|execnet|ansible-core)==' | sort)
+want=$(.venv/bin/pip freeze --disable-pip-version-check | grep -iE '^(pytest|pytest-xdist|execnet|ansible-core|bcrypt)==' | sort)
 if [[ "$(cat "$SITE/.versions" 2>/dev/null)" != "$want" ]]; then
 	say "installing $(echo "$want" | tr '\n' ' ')into $SITE"
 	rm -rf "$SITE"

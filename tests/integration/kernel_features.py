@@ -301,8 +301,9 @@ class Watch(object):
 
 
 def _options(args):
-    return {k: v for k, v in args.items() if k in ("method", "name", "before", "after", "interface", "state")
-            or k == "config"}
+    """The options that say what a run asked for, for a failure's message."""
+    return {k: v for k, v in args.items() if k in ("method", "name", "before", "after", "interface", "state",
+                                                   "config")}
 
 
 def _brief(res):

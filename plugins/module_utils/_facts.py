@@ -82,6 +82,9 @@ class MapReading:
         self.max_entries, self.per_cpu = max_entries, per_cpu
         self.matched: set[tuple[str, str]] = set()
         self.problems: list[str] = []
+        # Whether maps of 64-bit counters (`counters` already) are decoded too: the exporter, which exports
+        # them as counters, reads them once by leaving this False.
+        self.counter_maps = True
 
     @classmethod
     def from_params(cls, params: dict) -> MapReading:
@@ -180,7 +183,8 @@ def program_maps(map_ids: list[int], reading: MapReading | None = None) -> tuple
             continue  # .rodata, .bss, .data: settings, not state
         item = {key: value for key, value in info.items() if key != "type_id"}
         maps.append(item)
-        decode = reading is not None and info["type"] in _map_entry.SUPPORTED_TYPES and reading.wants_map(info["name"])
+        decode = reading is not None and info["type"] in _map_entry.SUPPORTED_TYPES and reading.wants_map(info["name"]) \
+            and (reading.counter_maps or not holds_counters(info))
         if holds_counters(info) or decode:
             with _bpf.Map.from_id(map_id) as prog_map:
                 if holds_counters(info):

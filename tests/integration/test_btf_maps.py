@@ -4,10 +4,11 @@ xdp_facts reads back the same, and writes back unchanged."""
 
 import json
 import os
+import subprocess
 
 import pytest
 
-from conftest import compile_bpf, sh
+from conftest import SYSTEM_PYTHON, compile_bpf, module_path, sh
 
 PROGRAM = r"""
 #include <linux/bpf.h>
@@ -352,3 +353,23 @@ char _license[] SEC("license") = "GPL";
     assert item["entries"] == [{"key": 0, "value": int.from_bytes(bytes(int(b, 16) for b in raw["value"]), "little")}]
     assert item["entries"][0]["value"] >= 3, item
     assert sh("bpftool", "-j", "map", "dump", "pinned", attached["maps"]["deep"]).stdout == before
+
+
+def test_a_reader_that_wants_no_counter_maps_decoded_reads_them_once(run, pair, counted):
+    """The exporter's reading (counter_maps False): a map of 64-bit counters (totals) keeps its counters and is
+    not decoded a second time; the other maps are decoded as xdp_facts decodes them."""
+    script = ("import json, sys\n"
+              "from ansible_collections.ebpf.xdp.plugins.module_utils import _facts\n"
+              "reading = _facts.MapReading()\n"
+              "reading.counter_maps = False\n"
+              "print(json.dumps(_facts.snapshot(sys.argv[1], sys.argv[2], [], reading=reading)))\n")
+    proc = subprocess.run(["nsenter", "--net=/run/netns/%s" % pair.rx, SYSTEM_PYTHON, "-c", script, run.pin_root,
+                           pair.rx], capture_output=True, text=True, check=False,
+                          env=dict(os.environ, PYTHONPATH=module_path()))
+    assert proc.returncode == 0, proc.stderr
+    prog = json.loads(proc.stdout)["interfaces"]["eth0"]["xdp"]
+    maps = {item["name"]: item for item in prog["maps"]}
+    assert prog["counters"]["totals"]["0"] >= 70 and "entries" not in maps["totals"], prog
+    facts = run("xdp_facts", dict(netns=pair.rx, maps=["kinds", "flows"]))
+    assert [maps[name]["entries"] for name in ("kinds", "flows")] == [
+        decoded(facts, name)["entries"] for name in ("kinds", "flows")]

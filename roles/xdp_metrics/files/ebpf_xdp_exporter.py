@@ -497,6 +497,8 @@ class Reader:
         # Globs that match nothing are no news to the exporter's log at every scrape: not warned of.
         reading = ExportedReading(self.config["maps"], ["*"], self.config["max_entries_per_map"])
         reading.unmatched = lambda: {"maps": [], "programs": []}
+        # Maps of 64-bit counters are ebpf_xdp_map_entry already: read once, not decoded again.
+        reading.counter_maps = False
         return {"reading": reading}
 
     @staticmethod

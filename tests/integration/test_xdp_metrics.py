@@ -390,9 +390,16 @@ def test_slow_clients_do_not_delay_a_scrape_and_are_cut_at_their_deadline(pair, 
         assert 2.5 <= cut_after < 4.5, cut_after
         assert all(closed_by_server(sock, 2) for sock in slow)
 
-        # The cap: 12 connections held, the 13th is answered 503 at once; a slot freed serves again.
-        held = hold(exp.port, 12)
-        time.sleep(0.2)  # accepted by the server
+        # The cap: 12 connections held, the 13th is answered 503 at once; a slot freed serves again. (The
+        # threads of the connections cut above end soon after, not at once: until all 12 are held, again.)
+        for _attempt in range(20):
+            held = hold(exp.port, 12)
+            time.sleep(0.2)  # accepted by the server
+            if not any(closed_by_server(sock, 0.05) for sock in held):
+                break
+            for sock in held:
+                sock.close()
+            time.sleep(0.5)
         began = time.monotonic()
         with pytest.raises(urllib.error.HTTPError) as refused:
             exp.scrape()
@@ -897,3 +904,76 @@ def test_the_units_one_capability_reads_every_namespace_and_none_is_not_enough(p
     code, page, err = bounded_once(pin_root, [])
     assert code == 0 and value(page, "ebpf_xdp_netns_up", netns=pair.rx) == 0, page
     assert "setns /run/netns/%s: Operation not permitted" % pair.rx in err, err
+
+
+# ---------------------------------------------------------------- root never writes through a link
+
+
+def test_textfile_and_pid_file_are_never_written_through_a_link(pair, run, drop_obj, workdir, pin_root):
+    textdir = os.path.join(workdir, "textfile")
+    rundir = os.path.join(workdir, "run")
+    os.makedirs(textdir)
+    os.makedirs(rundir)
+    victim = os.path.join(workdir, "victim")
+    with open(victim, "w", encoding="ascii") as out:
+        out.write("precious\n")
+    os.chmod(victim, 0o600)
+
+    def untouched():
+        with open(victim, encoding="ascii") as src:
+            assert src.read() == "precious\n"
+        assert os.stat(victim).st_mode & 0o777 == 0o600
+
+    exp = Exporter(workdir, pin_root, xdp_metrics_mode="textfile", xdp_metrics_textfile_dir=textdir,
+                   xdp_metrics_textfile_interval=0.3)
+    path = os.path.join(textdir, exp.name + ".prom")
+    # The names the writers used to open with open(): the pid file's <pid_file>.tmp, planted before the start.
+    os.symlink(victim, exp.pid_file + ".tmp")
+    try:
+        attach(run, pair, drop_obj)
+        exp.role()
+        pid = exp.pid()
+        assert pid, exp.log()
+        untouched()
+        # The metrics file's old temporary name, <path>.<pid>.tmp, planted once the pid is known, and the
+        # target itself replaced by a link: the link is refused (said in the log), never written through.
+        os.symlink(victim, "%s.%s.tmp" % (path, pid))
+        time.sleep(1)
+        os.unlink(path)
+        os.symlink(victim, path)
+        time.sleep(1.5)
+        untouched()
+        assert os.path.islink(path)
+        assert "refusing to write %s: it is a symbolic link" % path in exp.log()
+        # Put right, the file is written again by the same exporter.
+        os.unlink(path)
+        deadline = time.monotonic() + 10
+        while not os.path.isfile(path) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        with open(path, encoding="utf-8") as src:
+            assert "ebpf_xdp_exporter_info" in src.read()
+        assert exp.pid() == pid and not os.path.islink(path) and os.stat(path).st_mode & 0o777 == 0o644
+
+        # A pid file that is a link: the start is refused with the reason, nothing written through it.
+        exp.role(xdp_metrics_state="absent")
+        os.symlink(victim, exp.pid_file)
+        out = exp.role(expect_ok=False)
+        assert "refusing to write %s: it is a symbolic link" % exp.pid_file in only(failure_messages(out))
+        untouched()
+    finally:
+        exp.stop()
+
+
+def test_a_textfile_directory_others_can_write_is_refused_and_changes_nothing(workdir, pin_root):
+    textdir = os.path.join(workdir, "shared")
+    os.makedirs(textdir)
+    os.chmod(textdir, 0o777)
+    exp = Exporter(workdir, pin_root, xdp_metrics_mode="textfile", xdp_metrics_textfile_dir=textdir)
+    try:
+        out = exp.role(expect_ok=False)
+        message = only(failure_messages(out))
+        assert "textfile directory %s: refusing to write in %s: %s is writable by its group or by others (mode 0777)" % (
+            textdir, textdir, textdir) in message, message
+        assert not os.path.exists(exp.config_file) and not exp.pid() and os.listdir(textdir) == []
+    finally:
+        exp.stop()

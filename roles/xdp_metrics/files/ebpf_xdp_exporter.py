@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import errno
 import importlib.abc
 import importlib.util
 import inspect
@@ -753,20 +754,20 @@ def serve_http(config: dict, reader: Reader, server) -> None:
         server.server_close()
 
 
+def _files():
+    """host/files of the module_utils: every file the exporter writes as root goes through it."""
+    from ansible_collections.ebpf.xdp.plugins.module_utils.host import (  # pylint: disable=import-outside-toplevel
+        files)
+    return files
+
+
 def write_textfile(config: dict, reg) -> None:
-    """The scrape as a .prom file, replaced atomically (node_exporter never reads half a file)."""
+    """The scrape as a .prom file (0644, node_exporter reads it), written whole and never through a link
+    (host/files: a fresh name made with O_EXCL | O_NOFOLLOW in the checked directory, fsync'ed, renamed
+    over the file): node_exporter never reads half a file, and a name planted in the directory is never
+    followed. UnsafePathError or OSError."""
     client, _core = _client()
-    path = config["textfile_path"]
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    try:
-        data = client.generate_latest(reg)
-        with open(tmp, "wb") as out:
-            out.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+    _files().write_atomically(config["textfile_path"], client.generate_latest(reg), mode=0o644, dir_mode=None)
 
 
 def serve_textfile(config: dict, reader: Reader) -> None:
@@ -776,7 +777,7 @@ def serve_textfile(config: dict, reader: Reader) -> None:
         started = time.monotonic()
         try:
             write_textfile(config, reg)
-        except OSError as exc:
+        except (OSError, _files().UnsafePathError) as exc:
             LOG.error("writing %s failed: %s", config["textfile_path"], exc)
         time.sleep(max(0.1, config["interval"] - (time.monotonic() - started)))
     LOG.info("network namespace %s was deleted: exiting", reader.own_key)
@@ -806,6 +807,11 @@ def check_environment(config: dict) -> None:
         directory = os.path.dirname(config["textfile_path"])
         if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
             raise ConfigError("textfile directory %s does not exist or is not writable" % directory)
+        # Written as root: the directory must be root's alone, or another user could swap what is written.
+        try:
+            os.close(_files().open_directory(directory, create_mode=None))
+        except (OSError, _files().UnsafePathError) as exc:
+            raise ConfigError("textfile directory %s: %s" % (directory, exc))
 
 
 def read_pid(config: dict) -> int | None:
@@ -916,11 +922,11 @@ def check(config: dict, config_path: str, web_text: str | None = None) -> None:
 
 
 def write_pid_file(config: dict) -> None:
-    os.makedirs(os.path.dirname(config["pid_file"]), mode=0o755, exist_ok=True)
-    tmp = config["pid_file"] + ".tmp"
-    with open(tmp, "w", encoding="ascii") as out:
-        out.write("%d\n" % os.getpid())
-    os.replace(tmp, config["pid_file"])
+    """The pid file (0644), written like the metrics file: never through a link, in a checked directory."""
+    try:
+        _files().write_atomically(config["pid_file"], b"%d\n" % os.getpid(), mode=0o644, dir_mode=0o755)
+    except _files().UnsafePathError as exc:
+        raise ConfigError(str(exc))
 
 
 def remove_pid_file(config: dict) -> None:
@@ -1029,8 +1035,18 @@ def _detach(log_file: str | None) -> None:
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
     if log_file:
-        os.makedirs(os.path.dirname(log_file), mode=0o755, exist_ok=True)
-        out = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+        # Appended to, never through a link, in a directory that only root can change.
+        files = _files()
+        directory = files.open_directory(os.path.dirname(log_file), 0o755)
+        try:
+            out = os.open(os.path.basename(log_file), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW,
+                          0o640, dir_fd=directory)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ConfigError("refusing to log to %s: it is a symbolic link" % log_file) from None
+            raise
+        finally:
+            os.close(directory)
     else:
         out = null
     os.dup2(out, 1)

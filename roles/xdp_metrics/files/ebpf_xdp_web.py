@@ -355,6 +355,8 @@ class ListenError(Exception):
 class _Handler(WSGIRequestHandler):
     def setup(self):
         self.timeout = self.server.request_timeout  # each read and write; the deadline bounds their sum
+        with self.server.deadlines_lock:
+            self.deadline = self.server.deadlines.get(self.request, (time.monotonic() + self.timeout, None))[0]
         settings = self.server.web.current() if self.server.web else None
         if settings and settings["context"]:
             self.request.settimeout(self.timeout)
@@ -363,6 +365,11 @@ class _Handler(WSGIRequestHandler):
             if allowed is not None and not allowed_san(self.request.getpeercert(), allowed):
                 raise ssl.SSLError("the client certificate has none of client_allowed_sans")
         super().setup()
+
+    def parse_request(self):
+        # A request cut at its deadline ends there: its headers read so far are not served (the thread and
+        # its slot are free at once, not after a collection nobody will read).
+        return super().parse_request() and time.monotonic() < self.deadline
 
     def get_environ(self):
         environ = super().get_environ()

@@ -76,16 +76,36 @@ options:
         map the new program would reuse from its pin is compared with the pinned map, key and value field by
         field through their BTF (name, offset, size, kind, signedness), and its type, max_entries and flags.
         An unchanged map is kept with its contents, as always.
+      - V(fields) creates the new map beside the old one and copies every entry into it field by field by name
+        before the new program goes on the hook. Integers are widened or narrowed where the value fits (else the
+        upgrade fails naming the entry), fields only the new layout has are zero, value fields it no longer
+        has are dropped, fields renamed by O(map_rename) carried under their new name, more entries (or fewer,
+        where every entry fits), per-CPU values CPU by CPU. The new program is swapped in atomically as always,
+        and then what the old map's counters gained between the copy and the swap (fields that are integers
+        that count, not enums, booleans or bitfields) is added to the new map, and the old map is dropped.
+        A change no copy carries (another map type, a key field removed without O(map_rename), a map without
+        BTF whose sizes change) fails naming the map and the field, and changes nothing.
+      - V(reset) starts each changed map empty; its old contents are dropped once the new program is on the
+        hook (and kept when the upgrade fails before).
       - V(refuse) fails on any difference, naming each map and each difference, and changes nothing (libbpf
         alone would reuse a map whose fields moved and read its bytes through the new layout, or fail with
         a bare C(Invalid argument) for a grown value or more entries).
-      - V(reset) starts each changed map empty; its old contents are dropped once the new program is on the
-        hook (and kept when the upgrade fails before). Not for a map of a O(shared_maps) set, which other
-        attachments use.
-      - Results list each map of the program with what became of it (RV(map_migration)).
+      - The maps of a O(shared_maps) set are used by other attachments too, so a change to them is refused
+        whatever this option says.
+      - Results and check mode list each map of the program with what becomes of it (RV(map_migration)).
+      - The counters gained between the copy and the swap are added by reading and writing each entry of the
+        new map while the new program runs; a frame the new program counts in the microseconds between that
+        read and write of the same entry can be lost.
     type: str
-    choices: [refuse, reset]
-    default: refuse
+    choices: [fields, reset, refuse]
+    default: fields
+  map_rename:
+    description:
+      - "With O(map_migration=fields), value fields renamed in the new object, by map: C({stats: {packets: pkts}})
+        carries the old field C(packets) of map C(stats) into the new field C(pkts)."
+      - A map, old field or new field that does not exist fails the upgrade, naming it, and changes nothing.
+    type: dict
+    default: {}
   shared_maps:
     description:
       - Name of a map set shared with other attachments in the same network namespace. The program's maps are

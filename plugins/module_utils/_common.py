@@ -44,7 +44,8 @@ PROGRAM_ARGS = dict(
     state=dict(type="str", choices=["present", "absent"], default="present"),
     force=dict(type="bool", default=False),
     keep_maps=dict(type="bool", default=False),
-    map_migration=dict(type="str", choices=["refuse", "reset"], default="refuse"),
+    map_migration=dict(type="str", choices=["fields", "reset", "refuse"], default="fields"),
+    map_rename=dict(type="dict", default={}),
     shared_maps=dict(type="str"),
     checksum=dict(type="str"),
     # No default: required_if counts a defaulted option as given (see _revisions.check_params); current it is.

@@ -337,14 +337,18 @@ map_migration:
       description: The map's name.
       type: str
     outcome:
-      description: V(kept) (same layout, contents kept), V(created) (not pinned before), V(reset) (laid out
-        differently, started empty).
+      description: V(kept) (same layout, contents kept), V(created) (not pinned before), V(migrated) (laid out
+        differently, its entries copied by field name), V(reset) (laid out differently, started empty).
       type: str
     changes:
-      description: Each difference between the pinned map and the new one, in words.
+      description: Each difference between the pinned map and the new one (and each rename), in words.
       type: list
       elements: str
-  sample: [{map: stats, outcome: reset, changes: ["value field drops added (int, 8 bytes at 16)"]}]
+    entries_copied:
+      description: With V(migrated), how many entries were copied (an array's all-zero entries are not).
+      type: int
+  sample: [{map: stats, outcome: migrated, changes: ["value field drops added (int, 8 bytes at 16)"],
+            entries_copied: 1}]
 pin_dir:
   description: Pin directory of this attachment (C(tc_<direction>@<name>) for a named one).
   returned: always

@@ -90,8 +90,8 @@ attributes:
 notes:
   - Use P(ebpf.xdp.xdp_facts#module) to read the attached programs and their counters.
   - An upgrade compares each map the new object would reuse with the pinned one, field by field through their
-    BTF; a map laid out differently is refused (naming the map and each difference) or started empty, as
-    O(map_migration) says.
+    BTF; a map laid out differently has its entries copied into the new layout by field name, is started
+    empty, or is refused (naming the map and each difference), as O(map_migration) says.
 seealso:
   - module: ebpf.xdp.bpf_object
   - module: ebpf.xdp.xdp_facts
@@ -280,14 +280,18 @@ map_migration:
       description: The map's name.
       type: str
     outcome:
-      description: V(kept) (same layout, contents kept), V(created) (not pinned before), V(reset) (laid out
-        differently, started empty).
+      description: V(kept) (same layout, contents kept), V(created) (not pinned before), V(migrated) (laid out
+        differently, its entries copied by field name), V(reset) (laid out differently, started empty).
       type: str
     changes:
-      description: Each difference between the pinned map and the new one, in words.
+      description: Each difference between the pinned map and the new one (and each rename), in words.
       type: list
       elements: str
-  sample: [{map: stats, outcome: reset, changes: ["value field drops added (int, 8 bytes at 16)"]}]
+    entries_copied:
+      description: With V(migrated), how many entries were copied (an array's all-zero entries are not).
+      type: int
+  sample: [{map: stats, outcome: migrated, changes: ["value field drops added (int, 8 bytes at 16)"],
+            entries_copied: 1}]
   sample: {proto_count: /sys/fs/bpf/ebpf_xdp/host/eth1/xdp/maps/proto_count}
 pin_dir:
   description: Pin directory of this attachment.

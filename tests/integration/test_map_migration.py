@@ -1,8 +1,9 @@
 """Upgrades whose maps change layout (issue 40): a program counting into `stats` (struct rec { packets; bytes; })
 and its next versions (fields swapped, a field added, more entries, another map type). The pinned map is compared
-with the new object's field by field before anything loads: map_migration: refuse (the default) fails naming the
+with the new object's field by field before anything loads: map_migration: refuse fails naming the
 map and each difference with nothing changed, where libbpf alone reused the swapped map and read its counters
-scrambled, or failed with a bare EINVAL; reset starts the changed map empty and counts on."""
+scrambled, or failed with a bare EINVAL; reset starts the changed map empty and counts on; fields (the default)
+carries every entry into the new layout by field name, and what is counted between the copy and the swap too."""
 
 import json
 
@@ -58,6 +59,8 @@ VERSIONS = {
     "added": ("__u64 packets; __u64 bytes; __u64 drops;", "BPF_MAP_TYPE_ARRAY", 4),
     "grown": ("__u64 packets; __u64 bytes;", "BPF_MAP_TYPE_ARRAY", 8),
     "hash": ("__u64 packets; __u64 bytes;", "BPF_MAP_TYPE_HASH", 4),
+    "percpu": ("__u64 packets; __u64 bytes;", "BPF_MAP_TYPE_PERCPU_ARRAY", 4),
+    "percpu_added": ("__u64 drops; __u64 bytes; __u64 packets;", "BPF_MAP_TYPE_PERCPU_ARRAY", 4),
 }
 
 # What each next version changes, as the refusal says it.
@@ -117,15 +120,16 @@ def counting(run, pair, objects):
 
 
 @pytest.mark.parametrize("version", ["swapped", "added", "grown", "hash"])
-def test_a_changed_layout_is_refused_by_default_naming_the_map_and_fields(run, pair, objects, counting, version):
+def test_refuse_names_the_map_and_each_difference_and_changes_nothing(run, pair, objects, counting, version):
     before = host(pair, counting)
     args = dict(interface="eth0", netns=pair.rx, object=objects[version], program="xdp_count_rec")
     expected = ("%s declares its maps unlike the maps pinned in %s, and the program would read their bytes through "
-                "the new layout: map stats (%s): %s. Nothing was changed; set map_migration: reset to start it "
-                "empty, or keep the layout" % (objects[version], counting["maps"]["stats"].rpartition("/")[0],
-                                               counting["maps"]["stats"], CHANGES[version]))
+                "the new layout: map stats (%s): %s. Nothing was changed; map_migration: fields carries the "
+                "entries over by field name, reset starts the map empty" % (
+                    objects[version], counting["maps"]["stats"].rpartition("/")[0], counting["maps"]["stats"],
+                    CHANGES[version]))
     for check in (True, False):
-        refused = run("xdp_program", dict(args, map_migration="refuse") if check else args, check=check)
+        refused = run("xdp_program", dict(args, map_migration="refuse"), check=check)
         assert refused["failed"] and refused["msg"] == expected, refused
         assert "Traceback" not in json.dumps(refused)
         assert host(pair, counting) == before
@@ -171,13 +175,129 @@ def test_an_unchanged_layout_keeps_the_map_and_its_counters(run, pair, objects, 
     assert stats(run, pair) == [{"key": 0, "value": {"packets": 150, "bytes": 150 * SIZE}}]
 
 
-def test_reset_is_refused_for_a_shared_map_set(run, pair, objects):
+def test_a_shared_map_set_is_neither_migrated_nor_reset_by_one_attachment(run, pair, objects):
     args = dict(interface="eth0", netns=pair.rx, object=objects["v1"], program="xdp_count_rec",
                 shared_maps="counters")
     attached = run("xdp_program", args)
     assert attached["changed"] and not attached.get("failed"), attached
     before = host(pair, attached)
-    refused = run("xdp_program", dict(args, object=objects["added"], map_migration="reset"))
-    assert refused["failed"] and "shared map set" in refused["msg"] and "map stats" in refused["msg"], refused
-    assert "value field drops added" in refused["msg"]
-    assert host(pair, attached) == before
+    maps_dir = attached["maps"]["stats"].rpartition("/")[0]
+    for migration in ("fields", "reset"):
+        refused = run("xdp_program", dict(args, object=objects["added"], map_migration=migration))
+        assert refused["failed"] and refused["msg"] == (
+            "%s declares its maps unlike the maps pinned in %s, and the program would read their bytes through the "
+            "new layout: map stats (%s/stats): value field drops added (int, 8 bytes at 16). Nothing was changed; "
+            "the maps of a shared map set are used by its other attachments too, so one attachment neither migrates "
+            "nor resets them; give the changed map another name, or remove the set's attachments first"
+            % (objects["added"], maps_dir, maps_dir)), refused
+        assert host(pair, attached) == before
+
+
+@pytest.mark.parametrize("version", ["swapped", "added", "grown"])
+def test_fields_carries_every_counter_by_name_and_counts_on(run, pair, objects, counting, version):
+    args = dict(interface="eth0", netns=pair.rx, object=objects[version], program="xdp_count_rec",
+                map_migration="fields")
+    before = host(pair, counting)
+    predicted = run("xdp_program", args, check=True)
+    expected = [{"map": "stats", "outcome": "migrated", "entries_copied": 1,
+                 "changes": [change if change.startswith(("value", "max")) else "value" + change
+                             for change in CHANGES[version].split(", value")]}]
+    assert predicted["changed"] and predicted["map_migration"] == expected, predicted
+    assert host(pair, counting) == before, "check mode changes nothing"
+    # --diff shows what becomes of the map next to the program replacing the old one.
+    shown = run("xdp_program", args, check=True, diff=True)["diff"]
+    assert shown["after"]["map_migration"] == expected and "map_migration" not in shown["before"], shown
+    first, _second = assert_rhythm(run, "xdp_program", args)
+    assert first["map_migration"] == expected, first
+    assert sh("ls", "-A", counting["maps"]["stats"].rpartition("/")[0]).stdout.split() == ["stats"]
+    carried = {"packets": 100, "bytes": 100 * SIZE}
+    if version == "added":
+        carried["drops"] = 0
+    # Read through the new map's BTF: exactly what the old one held, by field name.
+    assert stats(run, pair) == [{"key": 0, "value": carried}]
+    send(run, pair, 50)
+    carried.update(packets=150, bytes=150 * SIZE)
+    assert stats(run, pair) == [{"key": 0, "value": carried}]
+
+
+@pytest.mark.parametrize("version, rename, message", [
+    ("hash", {}, "map stats: its type changes from array to hash, which no copy carries; map_migration: reset "
+                 "starts it empty"),
+    ("swapped", {"stats": {"pakets": "packets"}},
+     "map stats: map_rename names value field pakets, which the pinned map's struct rec does not have; its fields "
+     "are packets, bytes"),
+    ("swapped", {"stats": {"packets": "pkts"}},
+     "map stats: map_rename renames a field to pkts, which the new struct rec does not have; its fields are bytes, "
+     "packets"),
+    ("swapped", {"stat": {"packets": "bytes"}}, "map_rename names map stat, which %s does not have; its maps are "
+                                                "stats"),
+])
+def test_fields_refuses_what_no_copy_carries_and_changes_nothing(run, pair, objects, counting, version, rename,
+                                                                 message):
+    before = host(pair, counting)
+    args = dict(interface="eth0", netns=pair.rx, object=objects[version], program="xdp_count_rec",
+                map_migration="fields", map_rename=rename)
+    for check in (True, False):
+        refused = run("xdp_program", args, check=check)
+        assert refused["failed"] and refused["msg"] == message.replace("%s", objects[version]), refused
+        assert "Traceback" not in json.dumps(refused)
+        assert host(pair, counting) == before
+
+
+FRAMES = 600000
+
+
+def test_fields_under_traffic_counts_every_frame_once(run, pair, objects, counting):
+    """Frames keep arriving while the map is copied and the program swapped: what the old program counts after
+    the copy is added after the swap, so the new map ends with every frame sent (none lost, none twice)."""
+    import threading  # pylint: disable=import-outside-toplevel
+    import time  # pylint: disable=import-outside-toplevel
+
+    sent, windows = {}, {}
+
+    def sender():
+        windows["sender"] = time.monotonic()
+        sent.update(run("xdp_trafficgen", dict(interface="eth0", netns=pair.tx, src_ip=pair.tx_ip,
+                                               dst_ip=pair.rx_ip, dst_mac=pair.rx_mac, protocols=["udp"],
+                                               count=FRAMES, size=SIZE, engine="socket")))
+        windows["sender"] = (windows["sender"], time.monotonic())
+
+    thread = threading.Thread(target=sender)
+    thread.start()
+    try:
+        time.sleep(0.3)  # the sender's module started and sending
+        start = time.monotonic()
+        # map_migration: fields is the default.
+        upgraded = run("xdp_program", dict(interface="eth0", netns=pair.rx, object=objects["swapped"],
+                                           program="xdp_count_rec"))
+        windows["upgrade"] = (start, time.monotonic())
+    finally:
+        thread.join()
+    assert upgraded["changed"] and not upgraded.get("failed"), upgraded
+    assert sent["sent"] == {"udp": FRAMES}, sent
+    # The upgrade (its copy, swap and top-up) ran while frames were arriving.
+    assert windows["sender"][0] < windows["upgrade"][0] < windows["upgrade"][1] < windows["sender"][1], windows
+    value = stats(run, pair)[0]["value"]
+    assert value == {"packets": FRAMES + 100, "bytes": (FRAMES + 100) * SIZE}, value
+
+
+def test_fields_carries_per_cpu_values_cpu_by_cpu(run, pair, objects):
+    args = dict(interface="eth0", netns=pair.rx, object=objects["percpu"], program="xdp_count_rec")
+    attached = run("xdp_program", args)
+    assert attached["changed"] and not attached.get("failed"), attached
+    send(run, pair, 100)
+
+    def per_cpu():
+        facts = run("xdp_facts", dict(netns=pair.rx, maps=["stats"], per_cpu=True))
+        prog = facts["ansible_facts"]["xdp"]["interfaces"]["eth0"]["xdp"]
+        entries = next(item for item in prog["maps"] if item["name"] == "stats")["entries"]
+        return [(entry["key"], entry["value"], entry["values"]) for entry in entries]
+
+    before = per_cpu()
+    assert [(key, value) for key, value, _values in before] == [(0, {"packets": 100, "bytes": 100 * SIZE})]
+    first, _second = assert_rhythm(run, "xdp_program", dict(args, object=objects["percpu_added"],
+                                                            map_migration="fields"))
+    assert first["map_migration"][0]["outcome"] == "migrated", first
+    # Each CPU's copy carried by name into the new layout (drops first now), the new field zero on every CPU.
+    assert per_cpu() == [(0, {"drops": 0, "bytes": 100 * SIZE, "packets": 100},
+                          [{"drops": 0, "bytes": one["bytes"], "packets": one["packets"]} for one in before[0][2]])]

@@ -129,7 +129,9 @@ class Desired:
     object_store: str | None = None
     object_source: str | None = None
     # What becomes of a pinned map the new object lays out differently (see _migration).
-    map_migration: str = _migration.REFUSE
+    map_migration: str = _migration.FIELDS
+    # map name -> {old field: new field}, for map_migration: fields.
+    map_rename: dict = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_params(cls, params: dict) -> Desired:
@@ -140,7 +142,8 @@ class Desired:
                    source=params.get("source"), cflags=params.get("cflags") or [],
                    kernel_headers=params.get("kernel_headers"), revision=params.get("revision") or _revisions.CURRENT,
                    object_store=params.get("object_store"), object_source=params.get("object_source"),
-                   map_migration=params.get("map_migration") or _migration.REFUSE)
+                   map_migration=params.get("map_migration") or _migration.FIELDS,
+                   map_rename=params.get("map_rename") or {})
 
     @property
     def rollback(self) -> bool:
@@ -429,6 +432,9 @@ class Converger:
         result["attached"] = after.get("attached", False)
         result["maps"] = after.get("maps", {})
         result["map_migration"] = [review.report() for review in self.map_reviews]
+        if changed and self.map_reviews:
+            # --diff shows what becomes of each pinned map next to the program that replaces the old one.
+            result["diff"]["after"] = dict(after, map_migration=result["map_migration"])
         result["interrupted"] = self.interrupted is not None
         return result
 
@@ -526,7 +532,8 @@ class Converger:
         return bool(record) and record.get("tag") == loaded.info["tag"] \
             and record.get("data_sha256") == loaded.data_sha256 and self.hook.settled(observed) \
             and record.get("shared_maps") == self.desired.shared_maps \
-            and not any(r.outcome == _migration.RESET_DONE for r in self.map_reviews)  # the tag omits the maps
+            and not any(r.outcome in (_migration.RESET_DONE, _migration.MIGRATED)
+                        for r in self.map_reviews)  # the tag omits the maps
 
     def _objects(self) -> _revisions.Keeper:
         """The object store for this hook's record (none without object_store: fakes in unit tests)."""
@@ -550,7 +557,7 @@ class Converger:
         # One attachment cannot start the maps of a set other attachments use empty under them.
         self.map_reviews = _migration.review(self.desired.path, maps_dir,
                                              _migration.REFUSE if self.desired.shared_maps else policy,
-                                             self.object_data)
+                                             self.object_data, self.desired.map_rename)
         message = _migration.refusal(self.desired.path, maps_dir, self.map_reviews,
                                      shared=bool(self.desired.shared_maps) and policy != _migration.REFUSE)
         if message:
@@ -581,6 +588,7 @@ class Converger:
             reset.set_aside()
             with self._load(identity, self.maps_dir(shared)) as loaded:
                 fault_point("after_load")
+                reset.copy()  # a migrated map's entries into the new map the load created
                 action = plan_swap(observed, self.hook.in_place(observed), self._same_program(observed, loaded),
                                    self.hook.movable(observed))
                 if action == RECORD_ONLY:
@@ -602,6 +610,11 @@ class Converger:
                 self.hook.prepare(loaded)
                 attachment = self._swap(action, observed, loaded.program)
                 attached = True
+                try:
+                    reset.add_gained()  # the old program no longer counts into the maps set aside
+                except (_migration.MigrationError, _bpf.BpfError) as exc:
+                    self.warnings.append("what the old maps counted between the copy and the swap could not be "
+                                         "added to the new ones: %s" % exc)
                 reset.commit()  # the old program, and with it the maps set aside, is off the hook
                 fault_point("after_attach")
                 if attachment.program is not None:

@@ -14,12 +14,17 @@ grown value fails with a bare EINVAL. Before an object is loaded with its maps
 pinned, `review` compares every map it would reuse with the pinned one, key
 and value field by field (name, offset, size, kind, signedness, through
 `maps/btf`'s walk, the one the facts decode with), max_entries and flags, and
-`enforce` applies the task's `map_migration`:
+`review` applies the task's `map_migration`:
 
 - ``refuse``: any difference fails, naming the map and each difference, before anything changes;
 - ``reset``: a changed map starts empty; its pin is set aside (`Reset`), the
   load pins a new map there, and the old one is dropped once the new program
   is on the hook (or put back when the upgrade fails).
+- ``fields``: as reset, and every entry is copied into the new map field by
+  field by name (`Conversion`: integers widened or narrowed where the value
+  fits, new fields zero, removed value fields dropped, `rename`d fields
+  carried) before the swap; after the swap, what the old map's counters gained
+  since the copy is added (`Copy.add_gained`).
 
 `compare` and `shape` are pure and tested without a kernel; `review` reads
 the object (before load) and the pins.
@@ -36,12 +41,14 @@ from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpErr
 
 REFUSE = "refuse"
 RESET = "reset"
-POLICIES = (REFUSE, RESET)
+FIELDS = "fields"
+POLICIES = (REFUSE, RESET, FIELDS)
 
 # What a map became in an upgrade, as results and diffs say it.
 KEPT = "kept"
 CREATED = "created"
 RESET_DONE = "reset"
+MIGRATED = "migrated"
 REFUSED = "refused"
 
 # The pin of a map being reset, beside the new one until the new program is on the hook (bpffs refuses a "." in
@@ -173,42 +180,60 @@ class Review:
     path: str
     outcome: str
     changes: list[str] = dataclasses.field(default_factory=list)
+    # With FIELDS: how its entries are carried into the new map.
+    copy: Copy | None = None
 
     def report(self) -> dict:
-        return {"map": self.name, "outcome": self.outcome, "changes": list(self.changes)}
+        out = {"map": self.name, "outcome": self.outcome, "changes": list(self.changes)}
+        if self.copy is not None:
+            out["entries_copied"] = self.copy.copied
+        return out
 
 
-def object_shapes(obj: _bpf.BpfObject) -> dict[str, MapShape]:
-    """The object's own maps (not .rodata and the like) as it declares them, before load."""
-    out = {}
-    for declared in obj.maps():
-        out[declared["name"]] = map_shape(declared, obj.map_flags(declared["name"]), obj.map_btf(declared["name"]))
-    return out
+def _declared(obj: _bpf.BpfObject) -> dict[str, tuple[dict, int, dict | None]]:
+    """The object's own maps (not .rodata and the like) as it declares them, before load: info, flags, BTF."""
+    return {m["name"]: (m, obj.map_flags(m["name"]), obj.map_btf(m["name"])) for m in obj.maps()}
 
 
-def pinned_shape(path: str) -> MapShape:
+def _pinned(path: str) -> tuple[dict, int, dict | None]:
     with _bpf.open_pinned_map(path) as pinned:
         try:
             btf = _bpf.map_btf(pinned)
         except _bpf.BpfError:
             btf = None  # its BTF unreadable: compared by its sizes, as libbpf does
-        return map_shape(pinned.info, pinned.map_flags, btf)
+        return pinned.info, pinned.map_flags, btf
 
 
-def review(path: str, maps_dir: str, policy: str, data: bytes | None = None) -> list[Review]:
+def review(path: str, maps_dir: str, policy: str, data: bytes | None = None,
+           renames: dict | None = None) -> list[Review]:
     """Each map of the object at path (from data, its bytes as read and verified, when given) against its pin in
-    maps_dir, under policy; nothing changes here."""
+    maps_dir, under policy; nothing changes here. With FIELDS, each changed map's entries are converted in
+    memory (a Copy on the review), so that what cannot be carried is refused before anything changes."""
     reviews = []
+    renames = renames or {}
     with _bpf.BpfObject(path, data) as obj:
-        shapes = object_shapes(obj)
-    for name, new in shapes.items():
+        declared = _declared(obj)
+    bad = [name for name, fields in renames.items() if not isinstance(fields, dict)
+           or not all(isinstance(k, str) and isinstance(v, str) for k, v in fields.items())]
+    if bad:
+        raise MigrationError("map_rename: %s must map old field names to new ones ({old: new}), not %r" % (
+            bad[0], renames[bad[0]]))
+    unknown = sorted(set(renames) - set(declared))
+    if unknown:
+        raise MigrationError("map_rename names map %s, which %s does not have; its maps are %s" % (
+            ", ".join(unknown), path, ", ".join(sorted(declared)) or "none"))
+    for name, new in declared.items():
         pin = os.path.join(maps_dir, name)
         if not os.path.exists(pin):
             reviews.append(Review(name, pin, CREATED))
             continue
-        changes = compare(pinned_shape(pin), new)
+        old = _pinned(pin)
+        changes = compare(map_shape(*old), map_shape(*new))
         if not changes:
             reviews.append(Review(name, pin, KEPT))
+        elif policy == FIELDS:
+            copy = Copy(name, pin, old, new, renames.get(name) or {})
+            reviews.append(Review(name, pin, MIGRATED, changes + copy.value.words, copy))
         else:
             reviews.append(Review(name, pin, RESET_DONE if policy == RESET else REFUSED, changes))
     return reviews
@@ -220,43 +245,311 @@ def refusal(object_path: str, maps_dir: str, reviews: list[Review], shared: bool
     if not refused:
         return None
     maps = "; ".join("map %s (%s): %s" % (r.name, r.path, ", ".join(r.changes)) for r in refused)
-    way_out = ("map_migration: reset cannot start a shared map set's map empty under the other attachments that "
-               "use it; give the changed map another name, or remove the set's attachments first"
-               if shared else "set map_migration: reset to start %s empty, or keep the layout"
-               % ("them" if len(refused) > 1 else "it"))
+    way_out = ("the maps of a shared map set are used by its other attachments too, so one attachment neither "
+               "migrates nor resets them; give the changed map another name, or remove the set's attachments first"
+               if shared else "map_migration: fields carries the entries over by field name, reset starts %s empty"
+               % ("the maps" if len(refused) > 1 else "the map"))
     return ("%s declares its maps unlike the maps pinned in %s, and the program would read their bytes through "
             "the new layout: %s. Nothing was changed; %s" % (object_path, maps_dir, maps, way_out))
 
 
 class Reset:
-    """The pins of maps being reset, set aside so the load pins new, empty maps in their place: `commit()` drops
-    them once the new program is on the hook, `undo()` puts them back when the upgrade fails first."""
+    """The pins of maps being reset or migrated, set aside so the load pins new maps in their place: `copy()`
+    carries a migrated map's entries into its new map before the swap, `add_gained()` what its counters gained
+    after it, `commit()` drops the old pins once the new program is on the hook, `undo()` puts them back when
+    the upgrade fails first."""
 
     def __init__(self, reviews: list[Review]):
-        self.moved = [(r.path, os.path.join(os.path.dirname(r.path), SET_ASIDE % r.name))
-                      for r in reviews if r.outcome == RESET_DONE]
+        self.moved = [(r.path, os.path.join(os.path.dirname(r.path), SET_ASIDE % r.name), r)
+                      for r in reviews if r.outcome in (RESET_DONE, MIGRATED)]
 
     def set_aside(self) -> None:
         done = []
         try:
-            for pin, aside in self.moved:
+            for pin, aside, review_ in self.moved:
                 if os.path.exists(aside):
                     os.unlink(aside)  # left by a run that stopped before its commit or undo
                 os.rename(pin, aside)
-                done.append((pin, aside))
+                done.append((pin, aside, review_))
         except OSError:
             self.moved = done
             self.undo()
             raise
 
+    def copy(self) -> None:
+        for _pin, aside, review_ in self.moved:
+            if review_.copy is not None:
+                review_.copy.write(aside)
+
+    def add_gained(self) -> None:
+        for _pin, aside, review_ in self.moved:
+            if review_.copy is not None:
+                review_.copy.add_gained(aside)
+
     def undo(self) -> None:
-        for pin, aside in self.moved:
+        for pin, aside, _review in self.moved:
             if os.path.exists(pin):
                 os.unlink(pin)  # the new map the failed load pinned
             os.rename(aside, pin)
         self.moved = []
 
     def commit(self) -> None:
-        for _pin, aside in self.moved:
+        for _pin, aside, _review in self.moved:
             os.unlink(aside)
         self.moved = []
+
+
+# ---------------------------------------------------------------- fields
+
+
+class _NoHost:
+    """The resolver of a conversion: entries are copied as they are, nothing is looked up on the host."""
+
+    place = "the map"
+
+    @staticmethod
+    def has_device(_index):
+        return True
+
+    @staticmethod
+    def ifindex(name):
+        raise _btf.NotationError("an interface name (%s) in a copied entry" % name)
+
+    @staticmethod
+    def program_id(ref):
+        raise _btf.NotationError("a program (%s) in a copied entry" % ref)
+
+
+_ENCODER = _btf.Encoder(_NoHost())
+
+
+def _counters(layout: _btf.Layout) -> list[str]:
+    """The names of a value's counters (integers that count, not bitfields; "" for a value that is one)."""
+    if isinstance(layout, _btf.Struct):
+        return [f.name for f in layout.fields if isinstance(f.layout, _btf.Int) and f.layout.counts and not f.bits
+                and not isinstance(f.layout, _btf.Sized)]
+    return [""] if isinstance(layout, _btf.Int) and layout.counts else []
+
+
+class Conversion:
+    """How one side (key or value) of a map's entries becomes the new layout's, field by field by name: what is
+    given by name is kept (an integer re-encoded at its new width and sign, refused where it does not fit), a
+    field of the new layout only is zero, a value field of the old layout only is dropped, `rename` (old name:
+    new name) carries a field under another name. A key field dropped could make two keys one: refused."""
+
+    def __init__(self, map_name: str, side: str, old: _btf.Layout, new: _btf.Layout, rename: dict):
+        self.map_name, self.side, self.old, self.new = map_name, side, old, new
+        self.sources: dict[str, str] = {}
+        self.words: list[str] = []
+        # Without BTF on a side, the bytes are carried as they are (their sizes agree).
+        self.raw = False
+        where = "map %s" % map_name
+        structs = isinstance(old, _btf.Struct), isinstance(new, _btf.Struct)
+        if not (_btf.from_btf(old) and _btf.from_btf(new)):
+            if old.size != new.size:
+                raise MigrationError("%s: its %s has no BTF on one side (%s -> %s), so it cannot be carried field by "
+                                     "field; map_migration: reset starts it empty" % (where, side, old.name, new.name))
+            self.raw = True
+            return
+        if structs[0] != structs[1]:
+            raise MigrationError("%s: its %s is %s before and %s after; map_migration: reset starts it empty" % (
+                where, side, old.name, new.name))
+        if not structs[0]:
+            if rename:
+                raise MigrationError("%s: map_rename renames fields of a %s that has none (%s)" % (where, side, old.name))
+            self.sources = {"": ""}
+            return
+        missing = [name for name in rename if name not in old.by_name]
+        if missing:
+            raise MigrationError("%s: map_rename names %s field %s, which the pinned map's %s does not have; its "
+                                 "fields are %s" % (where, side, ", ".join(missing), old.name, ", ".join(old.by_name)))
+        absent = [target for target in rename.values() if target not in new.by_name]
+        if absent:
+            raise MigrationError("%s: map_rename renames a field to %s, which the new %s does not have; its fields are "
+                                 "%s" % (where, ", ".join(map(str, absent)), new.name, ", ".join(new.by_name)))
+        carried = {target: source for source, target in rename.items()}
+        for name in new.by_name:
+            if name in carried:
+                self.sources[name] = carried[name]
+            elif name in old.by_name and name not in rename:
+                self.sources[name] = name
+        dropped = [name for name in old.by_name if name not in self.sources.values()]
+        if side == "key" and dropped:
+            raise MigrationError("%s: key field %s is not in the new key, and keys that differ only there would "
+                                 "become one; carry it under another name with map_rename, or map_migration: reset "
+                                 "starts the map empty" % (where, ", ".join(dropped)))
+        self.words = ["%s field %s renamed to %s" % (side, source, target) for source, target in rename.items()]
+
+    def convert(self, raw: bytes, where: str) -> bytes:
+        """The entry's bytes in the new layout; MigrationError naming the entry when a field does not fit."""
+        if self.raw:
+            return bytes(raw[:self.new.size])
+        value = self.old.decode(raw)
+        if isinstance(self.old, _btf.Struct):
+            if set(value) == {"hex"} and "hex" not in self.old.by_name:
+                raise MigrationError("%s: its %s has bytes that no field covers (%s); map_migration: reset starts "
+                                     "the map empty" % (where, self.side, value["hex"]))
+            value = {name: value[source] for name, source in self.sources.items()}
+        try:
+            return self.new.encode(value, _ENCODER, "%s: %s" % (where, self.side))
+        except _btf.NotationError as exc:
+            raise MigrationError("%s; map_migration: reset starts the map empty" % exc)
+
+    def gained(self, before: bytes, now: bytes) -> list[tuple[int, int, int]]:
+        """What each counter gained from before to now (old layout), as (offset, size, amount) of its field in the
+        new layout; [] when nothing did (or nothing is known to count)."""
+        counters = _counters(self.old)
+        if self.raw or not counters:
+            return []
+        was, is_now = self.old.decode(before), self.old.decode(now)
+        if not isinstance(self.old, _btf.Struct):
+            return [(0, self.new.size, is_now - was)] if is_now != was else []
+        out = []
+        for name, source in self.sources.items():
+            field = self.new.by_name[name]
+            if source in counters and isinstance(field.layout, _btf.Int) and not field.bits \
+                    and is_now[source] != was[source]:
+                out.append((field.offset, field.layout.size, is_now[source] - was[source]))
+        return out
+
+
+# Atomic adds to a map's values, run in the kernel (BPF_PROG_TEST_RUN of a program made of raw instructions): the new
+# program counts into the same values meanwhile, and a read and write from here would lose what it counts between.
+_LD_IMM64, _STX_DW, _MOV64_REG, _ADD64_IMM, _JEQ_IMM, _CALL = 0x18, 0x7b, 0xbf, 0x07, 0x15, 0x85
+_ATOMIC_ADD = {8: 0xdb, 4: 0xc3}  # BPF_STX | BPF_ATOMIC | BPF_DW or BPF_W, imm BPF_ADD
+_PSEUDO_MAP_FD, _LOOKUP, _LOOKUP_PERCPU = 1, 1, 195  # bpf_map_lookup_elem, bpf_map_lookup_percpu_elem (5.19)
+_XDP_PASS = 2
+
+
+def _ld_imm64(dst: int, value: int, src: int = 0) -> bytes:
+    value &= (1 << 64) - 1
+    low, high = value & 0xffffffff, value >> 32
+    return _bpf.insn(_LD_IMM64, dst, src, 0, low - (1 << 32) if low >> 31 else low) + \
+        _bpf.insn(0, 0, 0, 0, high - (1 << 32) if high >> 31 else high)
+
+
+def adder(map_fd: int, key_size: int, adds: list[tuple[bytes, int | None, list[tuple[int, int, int]]]]) -> bytes:
+    """Instructions that add amounts to values of a map atomically: per (key, CPU or None, [(offset, size,
+    amount)]) a lookup (bpf_map_lookup_percpu_elem for a CPU's copy) and an atomic add per field; 4- and 8-byte
+    fields only. Returns XDP_PASS."""
+    room = (key_size + 7) // 8 * 8
+    code = b""
+    for key, cpu, fields in adds:
+        padded = bytes(key).ljust(room, b"\0")
+        for i in range(0, room, 8):
+            code += _ld_imm64(1, int.from_bytes(padded[i:i + 8], "little")) + _bpf.insn(_STX_DW, 10, 1, i - room)
+        code += _ld_imm64(1, map_fd, _PSEUDO_MAP_FD) + _bpf.insn(_MOV64_REG, 2, 10) + \
+            _bpf.insn(_ADD64_IMM, 2, 0, 0, -room)
+        if cpu is not None:
+            code += _bpf.insn(_bpf.BPF_MOV64_IMM, 3, 0, 0, cpu)
+        code += _bpf.insn(_CALL, 0, 0, 0, _LOOKUP if cpu is None else _LOOKUP_PERCPU)
+        code += _bpf.insn(_JEQ_IMM, 0, 0, 3 * len(fields), 0)
+        for offset, size, amount in fields:
+            code += _ld_imm64(1, amount) + _bpf.insn(_ATOMIC_ADD[size], 0, 1, offset)
+    return code + _bpf.insn(_bpf.BPF_MOV64_IMM, 0, 0, 0, _XDP_PASS) + _bpf.insn(_bpf.BPF_EXIT)
+
+
+def add_atomically(target: _bpf.Map, adds: list) -> None:
+    """Run adder() for target's adds once in the kernel."""
+    if not adds:
+        return
+    with _bpf.Program.from_instructions("xdp", "ebpf_xdp_migrate", adder(target.fd, target.info["key_size"], adds)) \
+            as program:
+        program.test_run(bytes(64))
+
+
+def _join(map_info: dict, raws: bytes | list[bytes]) -> bytes:
+    """A value as Map.update takes it (per-CPU: each CPU's copy in its 8-byte-aligned slot)."""
+    if isinstance(raws, list):
+        slot = (map_info["value_size"] + 7) // 8 * 8
+        return b"".join(raw.ljust(slot, b"\0") for raw in raws)
+    return raws
+
+
+class Copy:
+    """A changed map's entries carried into the new map field by field: planned (and every entry converted in
+    memory) when reviewed, written into the new map before the swap (`write`), topped up after it with what the
+    old map's counters gained meanwhile (`add_gained`)."""
+
+    def __init__(self, name: str, pin: str, old: tuple, new: tuple, rename: dict):
+        (old_info, _flags, old_btf), (new_info, _new_flags, new_btf) = old, new
+        if old_info["type"] != new_info["type"]:
+            raise MigrationError("map %s: its type changes from %s to %s, which no copy carries; map_migration: reset "
+                                 "starts it empty" % (name, old_info["type"], new_info["type"]))
+        old_key, old_value = _btf.layouts(old_info, old_btf)
+        new_key, new_value = _btf.layouts(new_info, new_btf)
+        if old_value.prog_offsets() or new_value.prog_offsets():
+            raise MigrationError("map %s holds programs, which a copy cannot carry" % name)
+        self.name, self.pin = name, pin
+        self.key = Conversion(name, "key", old_key, new_key, {})
+        self.value = Conversion(name, "value", old_value, new_value, rename)
+        self.array = new_info["type"] in ("array", "percpu_array")
+        self.max_entries = new_info["max_entries"]
+        self.copied = 0
+        self.snapshot: dict = {}
+        self.entries = self._plan(pin)
+
+    def _where(self, key: bytes) -> str:
+        return "map %s, entry %s" % (self.name, self.key.old.decode(key))
+
+    def _plan(self, path: str) -> list[tuple[bytes, bytes]]:
+        """Every entry of the map at path, converted: (new key, new value as update() takes it)."""
+        out = []
+        with _bpf.open_pinned_map(path) as old:
+            self.snapshot = dict(old.items())
+            info = dict(old.info)
+        for key, value in self.snapshot.items():
+            raws = value if isinstance(value, list) else [value]
+            if self.array and not any(raw.strip(b"\0") for raw in raws):
+                continue  # an array's zero entries: the new array has them already
+            where = self._where(key)
+            new_key = self.key.convert(key, where)
+            if self.array and int.from_bytes(new_key[:4], "little") >= self.max_entries:
+                raise MigrationError("%s: the new map has %d entries, and this one is past them; map_migration: reset "
+                                     "starts it empty" % (where, self.max_entries))
+            converted = [self.value.convert(raw, where) for raw in raws]
+            new_value = converted if isinstance(value, list) else converted[0]
+            out.append((new_key, _join(dict(info, value_size=self.value.new.size), new_value)))
+        if not self.array and len(out) > self.max_entries:
+            raise MigrationError("map %s: %d entries do not fit the new map's %d; map_migration: reset starts it "
+                                 "empty" % (self.name, len(out), self.max_entries))
+        self.copied = len(out)
+        return out
+
+    def write(self, set_aside: str) -> None:
+        """Read the old map (now pinned at set_aside) again, convert and write every entry into the new map at
+        the pin (the one the load created)."""
+        self.entries = self._plan(set_aside)
+        with _bpf.open_pinned_map(self.pin) as new:
+            for key, value in self.entries:
+                new.update(key, value)
+
+    def add_gained(self, set_aside: str) -> None:
+        """After the swap the old map is no longer written: add to the new map what its counters gained since
+        the copy, atomically (the new program counts into the same values); an entry made meanwhile is copied
+        whole."""
+        adds = []
+        with _bpf.open_pinned_map(set_aside) as old, _bpf.open_pinned_map(self.pin) as new:
+            for key, now in old.items():
+                before = self.snapshot.get(key)
+                if before == now:
+                    continue
+                where = self._where(key)
+                new_key = self.key.convert(key, where)
+                nows = now if isinstance(now, list) else [now]
+                if before is None and new.lookup(new_key) is None:
+                    converted = [self.value.convert(n, where) for n in nows]
+                    new.update(new_key, _join(new.info, converted if isinstance(now, list) else converted[0]))
+                    continue
+                befores = before if isinstance(before, list) else [before] if before is not None else \
+                    [bytes(len(nows[0]))] * len(nows)
+                for cpu, (was, is_now) in enumerate(zip(befores, nows)):
+                    fields = self.value.gained(was, is_now)
+                    unsupported = [f for f in fields if f[1] not in _ATOMIC_ADD]
+                    if unsupported:
+                        size, amount = unsupported[0][1:]
+                        raise MigrationError("%s: a counter of %d bytes gained %d after the copy, which only 4- and "
+                                             "8-byte counters can be added to" % (where, size, amount))
+                    if fields:
+                        adds.append((new_key, cpu if new.percpu else None, fields))
+            add_atomically(new, adds)

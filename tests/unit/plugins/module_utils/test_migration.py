@@ -83,8 +83,8 @@ def test_the_refusal_names_each_map_each_difference_and_the_way_out():
     message = _migration.refusal("/obj/v2.o", "/pins/maps", reviews)
     assert message == (
         "/obj/v2.o declares its maps unlike the maps pinned in /pins/maps, and the program would read their bytes "
-        "through the new layout: map stats (/pins/maps/stats): max_entries 4 -> 8. Nothing was changed; set "
-        "map_migration: reset to start it empty, or keep the layout")
+        "through the new layout: map stats (/pins/maps/stats): max_entries 4 -> 8. Nothing was changed; "
+        "map_migration: fields carries the entries over by field name, reset starts the map empty")
     assert "shared map set" in _migration.refusal("/obj/v2.o", "/pins/maps", reviews, shared=True)
     assert _migration.refusal("/obj/v2.o", "/pins/maps", reviews[1:]) is None
 
@@ -105,3 +105,73 @@ def test_a_reset_sets_the_pin_aside_and_puts_it_back_or_drops_it(tmp_path):
     pin.write_text("new map")
     reset.commit()
     assert pin.read_text() == "new map" and os.listdir(tmp_path) == ["stats"]
+
+
+def raw(*numbers, width=8):
+    return b"".join(n.to_bytes(width, "little", signed=n < 0) for n in numbers)
+
+
+def test_fields_are_carried_by_name_new_ones_zero_removed_ones_dropped():
+    swapped = _migration.Conversion("stats", "value", rec("packets", "bytes"), rec("bytes", "packets"), {})
+    assert swapped.convert(raw(100, 10000), "entry 0") == raw(10000, 100)
+    added = _migration.Conversion("stats", "value", rec("packets", "bytes"), rec("packets", "bytes", "drops"), {})
+    assert added.convert(raw(100, 10000), "entry 0") == raw(100, 10000, 0)
+    removed = _migration.Conversion("stats", "value", rec("packets", "bytes"), rec("bytes"), {})
+    assert removed.convert(raw(100, 10000), "entry 0") == raw(10000)
+    renamed = _migration.Conversion("stats", "value", rec("packets", "bytes"), rec("pkts", "bytes"),
+                                    {"packets": "pkts"})
+    assert renamed.convert(raw(100, 10000), "entry 0") == raw(100, 10000)
+    assert renamed.words == ["value field packets renamed to pkts"]
+
+
+def test_integers_widen_and_narrow_where_the_value_fits():
+    narrow = _migration.Conversion("stats", "value", rec("packets", "bytes"),
+                                   rec("packets", "bytes", types=[U32, U64]), {})
+    assert narrow.convert(raw(7, 9), "entry 0") == raw(7, width=4) + raw(9)  # rec() packs its fields
+    try:
+        narrow.convert(raw(1 << 40, 9), "map stats, entry 3")
+    except _migration.MigrationError as exc:
+        assert str(exc) == ("map stats, entry 3: value.packets: 1099511627776 is out of range for __u32 "
+                            "(0..4294967295); map_migration: reset starts the map empty")
+    else:
+        raise AssertionError("a value that does not fit was narrowed")
+
+
+def test_counters_gained_after_the_copy_are_added_by_name():
+    swapped = _migration.Conversion("stats", "value", rec("packets", "bytes"), rec("bytes", "packets"), {})
+    # Copied 100/10000; the old program counted 5 more frames (500 bytes) before the swap: added where the new
+    # layout has each field (bytes now first).
+    assert swapped.gained(raw(100, 10000), raw(105, 10500)) == [(0, 8, 500), (8, 8, 5)]
+    assert swapped.gained(raw(100, 10000), raw(100, 10000)) == []
+
+
+def test_the_adder_looks_each_value_up_and_adds_atomically():
+    code = _migration.adder(7, 4, [(b"\x01\0\0\0", None, [(0, 8, 500), (8, 4, -1)]), (b"\0\0\0\0", 3, [(0, 8, 1)])])
+    insns = [code[i:i + 8] for i in range(0, len(code), 8)]
+    opcodes = [insn[0] for insn in insns]
+    # Key (ld_imm64 + stx), map fd (ld_imm64), r2 = fp - 8, lookup, skip the adds when absent, two adds; the
+    # second with the CPU in r3 and bpf_map_lookup_percpu_elem; XDP_PASS.
+    assert opcodes == [0x18, 0, 0x7b, 0x18, 0, 0xbf, 0x07, 0x85, 0x15, 0x18, 0, 0xdb, 0x18, 0, 0xc3,
+                       0x18, 0, 0x7b, 0x18, 0, 0xbf, 0x07, 0xb7, 0x85, 0x15, 0x18, 0, 0xdb, 0xb7, 0x95]
+    assert int.from_bytes(insns[8][2:4], "little", signed=True) == 6  # past two adds of 3 instructions
+    assert int.from_bytes(insns[13][4:8], "little", signed=True) == -1  # -1's high word: an add of -1 wraps
+    assert int.from_bytes(insns[23][4:8], "little") == 195 and int.from_bytes(insns[22][4:8], "little") == 3
+
+
+def test_what_no_copy_carries_is_refused_by_name():
+    key_before = rec("ifindex", "vlan", types=[U32, U32])
+    for args, words in [
+        (("key", key_before, rec("ifindex", types=[U32], size=8), {}),
+         "map stats: key field vlan is not in the new key, and keys that differ only there would become one"),
+        (("value", rec("packets"), rec("packets"), {"pakets": "packets"}),
+         "map stats: map_rename names value field pakets, which the pinned map's struct rec does not have; its "
+         "fields are packets"),
+        (("value", rec("packets"), rec("packets"), {"packets": "pkts"}),
+         "map stats: map_rename renames a field to pkts, which the new struct rec does not have"),
+    ]:
+        try:
+            _migration.Conversion("stats", *args)
+        except _migration.MigrationError as exc:
+            assert str(exc).startswith(words), exc
+        else:
+            raise AssertionError(args)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make ee: the execution environment image (ee/Containerfile) with podman, from the project's Debian 12 base
-# image (scripts/molecule.sh image: debootstrap, no registry), with the venv's ansible-core, ansible-runner
-# and the collection installed from its built artifact. EBPF_XDP_EE_IMAGE names the image (default
+# image (scripts/molecule.sh image: debootstrap, no registry), with the venv's ansible-core, ansible-runner,
+# community.general and the collection installed from its built artifact. EBPF_XDP_EE_IMAGE names the image (default
 # localhost/ebpf-xdp-ee:latest).
 #
 # The image carries the digest of its inputs as a label (the base image's id, the Containerfile, this
@@ -26,6 +26,11 @@ export CONTAINERS_CONF=${CONTAINERS_CONF:-$ROOT/molecule/containers.conf}
 version() { $PY -c "import importlib.metadata as m; print(m.version('$1'))"; }
 core=$(version ansible-core)
 runner=$(version ansible-runner)
+# community.general, from the venv's `ansible` bundle (Galaxy is not reachable): the roles' directory walks,
+# query('ansible.builtin.filetree'), reach it through ansible-core's routing of plugins moved out of core.
+general=$($PY -c "import ansible_collections.community.general as c; print(list(c.__path__)[0])")
+general_version=$($PY -c "import json, sys; print(json.load(open(sys.argv[1]))['collection_info']['version'])" \
+	"$general/MANIFEST.json")
 
 # The files `ansible-galaxy collection build` takes: those git would commit, less galaxy.yml's build_ignore.
 collection_digest() {
@@ -44,7 +49,7 @@ for path in sorted(p for p in sys.stdin.read().split("\0") if p):
 print(digest.hexdigest())'
 }
 
-inputs=$(printf '%s\n' "$(podman image inspect --format '{{ .Id }}' "$BASE")" "$core" "$runner" \
+inputs=$(printf '%s\n' "$(podman image inspect --format '{{ .Id }}' "$BASE")" "$core" "$runner" "$general_version" \
 	"$(sha256sum ee/Containerfile scripts/ee.sh)" "$(collection_digest)" | sha256sum | cut -d' ' -f1)
 have=$(podman image inspect --format "{{ index .Labels \"$DIGEST_LABEL\" }}" "$IMAGE" 2>/dev/null || true)
 if [[ $have == "$inputs" ]]; then
@@ -65,13 +70,14 @@ if [[ "$(cat "$CONTEXT/wheels/.versions" 2>/dev/null)" != "$core $runner" ]]; th
 	echo "$core $runner" >"$CONTEXT/wheels/.versions"
 fi
 rm -rf "$CONTEXT/collection" "$CONTEXT/deps"
-mkdir -p "$CONTEXT/collection" "$CONTEXT/deps"
+mkdir -p "$CONTEXT/collection" "$CONTEXT/deps" "$CONTEXT/dependencies/ansible_collections/community"
+rsync -a --delete --exclude __pycache__ "$general/" "$CONTEXT/dependencies/ansible_collections/community/general/"
 cp bindep.txt requirements.txt "$CONTEXT/deps/"
 # Outside the checkout's configuration, as a user builds it.
 env -u ANSIBLE_CONFIG .venv/bin/ansible-galaxy collection build --output-path "$CONTEXT/collection" . >/dev/null
 mv "$CONTEXT"/collection/ebpf-xdp-*.tar.gz "$CONTEXT/collection/ebpf-xdp.tar.gz"
 
-say "building $IMAGE (ansible-core $core, ansible-runner $runner) from $BASE"
+say "building $IMAGE (ansible-core $core, ansible-runner $runner, community.general $general_version) from $BASE"
 old=$(podman image inspect --format '{{ .Id }}' "$IMAGE" 2>/dev/null || true)
 # The host's network: apt reaches the mirror the base image was built from as this machine does.
 podman build --quiet --network=host --pull=never -f ee/Containerfile \

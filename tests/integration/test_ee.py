@@ -1,0 +1,153 @@
+"""playbooks/deploy_xdp.yml in the execution environment image (make ee), run the way AWX's execution nodes run
+a job and a person at a terminal runs one, against the lab's VM host over SSH (make test-vm).
+
+ansible-runner gets a private data directory as an execution node does (project/ with the playbook, inventory/,
+env/ssh_key, env/settings) and runs it in the image with podman (the project's CONTAINERS_CONF); the container
+shares the host's network to reach the VM's loopback SSH port. Inside it there is only the image: its
+ansible-core, and the collection installed from the built artifact (the roles compile the BPF sources it ships).
+The rollout converges a veth end in the VM's own namespace, so its gate reads the facts back. Each Ansible task
+costs seconds under emulation: one release, its re-run, ansible-navigator's re-run, a second release and the
+rollback entry point, each one run.
+"""
+
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import uuid
+
+import pytest
+import yaml
+
+from conftest import ROOT
+from test_vm import playbook
+
+BIN = os.path.join(ROOT, ".venv", "bin")
+IMAGE = os.environ.get("EBPF_XDP_EE_IMAGE", "localhost/ebpf-xdp-ee:latest")
+ENV = dict(os.environ, CONTAINERS_CONF=os.environ.get("CONTAINERS_CONF",
+                                                       os.path.join(ROOT, "molecule", "containers.conf")))
+XDP_PASS, XDP_DROP = 2, 1
+
+# The rollback entry point as a job of its own: xdp_deploy's `rollback` puts the declared programs back on their
+# previous revision; the facts read after it show which one is attached.
+ROLLBACK = [{
+    "name": "Put the previous release back", "hosts": "xdp_hosts", "gather_facts": False,
+    "tasks": [
+        {"name": "Roll back the declared programs",
+         "ansible.builtin.import_role": {"name": "ebpf.xdp.xdp_deploy", "tasks_from": "rollback"}},
+        {"name": "Read the facts after the rollback",
+         "ebpf.xdp.xdp_facts": {"interfaces": ["{{ xdp_deploy_programs[0].interface }}"],
+                                "pin_root": "{{ xdp_deploy_pin_root }}"}},
+    ]}]
+
+
+@pytest.fixture(scope="module")
+def image():
+    """make ee's image: scripts/ee.sh builds it when its inputs changed and does nothing otherwise."""
+    proc = subprocess.run(["bash", os.path.join(ROOT, "scripts", "ee.sh")], capture_output=True, text=True,
+                          env=ENV, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return IMAGE
+
+
+@pytest.fixture(scope="module")
+def job(vm, tmp_path_factory):  # pylint: disable=redefined-outer-name,unused-argument
+    """A veth pair in the VM's own namespace and the private data directory of a job that deploys xdp_drop_count
+    on one end of it (the rollout's gate reads the facts of the host's namespace); removed afterwards."""
+    tag = "ee" + uuid.uuid4().hex[:6]
+    iface, peer = tag + "-a", tag + "-b"
+    pin_root = "/sys/fs/bpf/ebpf_xdp_test/" + tag
+    data = tmp_path_factory.mktemp("runner")
+    work = tmp_path_factory.mktemp("vm-setup")
+    playbook(str(work / "up.yml"), [{"name": "Create a veth pair in the VM", "ansible.builtin.command": {"argv": [
+        "sh", "-ec", "ip link add %s type veth peer name %s; ip link set %s up; ip link set %s up"
+        % (iface, peer, iface, peer)]}}])
+    try:
+        vm_run = os.path.join(ROOT, ".build", "vm")
+        for sub in ("project", "inventory", "env", "ssh"):
+            (data / sub).mkdir()
+        shutil.copy(os.path.join(ROOT, "playbooks", "deploy_xdp.yml"), str(data / "project"))
+        (data / "project" / "rollback.yml").write_text(yaml.safe_dump(ROLLBACK, sort_keys=False))
+        shutil.copy(os.path.join(vm_run, "id_ed25519"), str(data / "env" / "ssh_key"))
+        shutil.copy(os.path.join(vm_run, "id_ed25519"), str(data / "ssh" / "id_ed25519"))
+        shutil.copy(os.path.join(vm_run, "known_hosts"), str(data / "ssh" / "known_hosts"))
+        with open(os.path.join(vm_run, "port")) as f:
+            port = int(f.read())
+        vm_vars = {
+            "ansible_connection": "ansible.builtin.ssh", "ansible_host": "127.0.0.1", "ansible_port": port,
+            "ansible_user": "root", "ansible_python_interpreter": "/usr/bin/python3",
+            # /runner/ssh for ansible-runner (the private data directory is mounted there); ansible-navigator
+            # mounts its working directory at the same path.
+            "ee_ssh_dir": "/runner/ssh",
+            "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes -o HostKeyAlias=ebpf-xdp-vm "
+                                       "-o UserKnownHostsFile={{ ee_ssh_dir }}/known_hosts",
+            "toolchain_apt_update_cache": False,
+            "xdp_rollout_batches": [1], "xdp_rollout_settle": 0, "xdp_rollout_rate_interval": 0,
+            "xdp_deploy_pin_root": pin_root,
+            "xdp_deploy_programs": [{"interface": iface, "object": "xdp_drop_count", "mode": "native",
+                                     "constants": {"xdp_action": "{{ ee_release_action | default(%d) }}" % XDP_PASS}}],
+        }
+        inventory = {"all": {"children": {"xdp_hosts": {"hosts": {"vm": vm_vars}}, "xdp_senders": {"hosts": {}}}}}
+        (data / "inventory" / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
+        # An execution node's settings: the container shares the host's network (the VM's SSH port is on loopback).
+        (data / "env" / "settings").write_text(yaml.safe_dump({"container_options": ["--network=host"]}))
+        yield {"dir": str(data), "interface": iface, "pin_root": pin_root}
+    finally:
+        playbook(str(work / "down.yml"), [{"name": "Remove the pins and the veth pair", "ansible.builtin.command": {
+            "argv": ["sh", "-c", "rm -rf %s; ip link del %s; true" % (pin_root, iface)]}}])
+
+
+def runner(image, job, play, ident, extra_vars=None):  # pylint: disable=redefined-outer-name
+    """ansible-runner run in the image, as an execution node: the job's events, and its stats per host."""
+    argv = [os.path.join(BIN, "ansible-runner"), "run", job["dir"], "-p", play, "--limit", "vm", "--ident", ident,
+            "--process-isolation", "--process-isolation-executable", "podman", "--container-image", image]
+    if extra_vars:
+        argv += ["--cmdline", "-e '%s'" % json.dumps(extra_vars)]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, check=False)
+    events = []
+    for path in glob.glob(os.path.join(job["dir"], "artifacts", ident, "job_events", "*.json")):
+        with open(path) as f:
+            events.append(json.load(f))
+    events.sort(key=lambda e: e["counter"])
+    stats = [e["event_data"] for e in events if e["event"] == "playbook_on_stats"]
+    assert proc.returncode == 0 and stats, "ansible-runner exited %d:\n%s\n%s" % (
+        proc.returncode, proc.stdout[-6000:], proc.stderr[-2000:])
+    return events, {key: stats[0][key].get("vm", 0) for key in ("ok", "changed", "failures", "dark")}
+
+
+def task_result(events, name):
+    """vm's result of the task called name (a role's task by its own name)."""
+    for event in events:
+        data = event.get("event_data", {})
+        if event["event"] == "runner_on_ok" and data.get("task") == name and data.get("host") == "vm":
+            return data["res"]
+    raise KeyError(name)
+
+
+def test_deploy_xdp_through_ansible_runner_in_the_image(image, job):  # pylint: disable=redefined-outer-name
+    events, stats = runner(image, job, "deploy_xdp.yml", "release-1")
+    assert stats["changed"] > 0 and stats["failures"] == stats["dark"] == 0, stats
+    # The gate's reading of the facts, in the container: the very program the converge attached, on release 1.
+    facts = task_result(events, "Read the counters after the change")["ansible_facts"]["xdp"]
+    attached = facts["interfaces"][job["interface"]]["xdp"]
+    assert attached["owner"] == "ebpf.xdp" and attached["mode"] == "native", attached
+    assert attached["revision"]["constants"] == {"xdp_action": XDP_PASS}, attached
+    assert attached["revision"]["number"] == 1, attached
+
+    _events, stats = runner(image, job, "deploy_xdp.yml", "release-1-again")
+    assert stats["changed"] == 0 and stats["failures"] == stats["dark"] == 0, stats
+
+    # Release 2, then the rollback entry point puts release 1 back.
+    events, stats = runner(image, job, "deploy_xdp.yml", "release-2", {"ee_release_action": XDP_DROP})
+    assert stats["changed"] > 0 and stats["failures"] == 0, stats
+    second = task_result(events, "Read the counters after the change")["ansible_facts"]["xdp"]
+    assert second["interfaces"][job["interface"]]["xdp"]["revision"]["constants"] == {"xdp_action": XDP_DROP}
+
+    events, stats = runner(image, job, "rollback.yml", "rollback")
+    assert stats["changed"] > 0 and stats["failures"] == 0, stats
+    back = task_result(events, "Read the facts after the rollback")["ansible_facts"]["xdp"]
+    revision = back["interfaces"][job["interface"]]["xdp"]["revision"]
+    assert revision["constants"] == {"xdp_action": XDP_PASS} and revision["rolled_back"] is True, revision
+    assert revision["number"] == 1, revision

@@ -23,6 +23,13 @@ say() { echo "ee.sh: $*"; }
 bash scripts/molecule.sh image
 export CONTAINERS_CONF=${CONTAINERS_CONF:-$ROOT/molecule/containers.conf}
 
+# ansible-navigator refuses podman without /dev/mqueue (ansible-runner runs the container with --ipc=host);
+# systemd mounts it (dev-mqueue.mount), this machine has no systemd.
+if [[ ! -d /dev/mqueue ]]; then
+	mkdir -p /dev/mqueue
+	mount -t mqueue mqueue /dev/mqueue
+fi
+
 version() { $PY -c "import importlib.metadata as m; print(m.version('$1'))"; }
 core=$(version ansible-core)
 runner=$(version ansible-runner)

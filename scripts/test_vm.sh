@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make test-vm (part of make test): with the lab's VM host up (Debian 12's
 # stock kernel, 6.1: no tcx, act_bpf and pktgen as modules), booted once,
-#  1. the tests that reach it over SSH through Ansible (pytest --vm=only, here)
+#  1. the tests that reach it over SSH through Ansible (pytest --vm=only, here;
+#     test_ee.py through ansible-runner and ansible-navigator in make ee's image)
 #  2. the kernel-dependent integration tests (those marked kernel(feature),
 #     see tests/integration/kernel_features.py) inside it. Extra arguments go
 #     to that pytest (e.g. -k tcx).

@@ -23,9 +23,16 @@ struct rec {
     REC_FIELDS
 };
 
+#ifdef KEY_FIELDS
+struct key { KEY_FIELDS };
+#define KEY_TYPE struct key
+#else
+#define KEY_TYPE __u32
+#endif
+
 struct {
     __uint(type, MAP_TYPE);
-    __type(key, __u32);
+    __type(key, KEY_TYPE);
     __type(value, struct rec);
     __uint(max_entries, MAX_ENTRIES);
 } stats SEC(".maps");
@@ -36,13 +43,19 @@ int xdp_count_rec(struct xdp_md *ctx)
     void *data = (void *)(long)ctx->data, *data_end = (void *)(long)ctx->data_end;
     struct ethhdr *eth = data;
     struct iphdr *ip = (void *)(eth + 1);
-    __u32 index = 0;
-    struct rec *r;
+    KEY_TYPE index;
+    struct rec zero = {}, *r;
+
+    __builtin_memset(&index, 0, sizeof(index));
 
     /* Only the test's UDP frames: the kernel's own (neighbour discovery) would make the counts inexact. */
     if ((void *)(ip + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP) || ip->protocol != IPPROTO_UDP)
         return XDP_PASS;
     r = bpf_map_lookup_elem(&stats, &index);
+    if (!r) {  /* a hash's first frame */
+        bpf_map_update_elem(&stats, &index, &zero, BPF_NOEXIST);
+        r = bpf_map_lookup_elem(&stats, &index);
+    }
     if (r) {
         __sync_fetch_and_add(&r->packets, 1);
         __sync_fetch_and_add(&r->bytes, data_end - data);
@@ -62,6 +75,8 @@ VERSIONS = {
     "percpu": ("__u64 packets; __u64 bytes;", "BPF_MAP_TYPE_PERCPU_ARRAY", 4),
     "percpu_added": ("__u64 drops; __u64 bytes; __u64 packets;", "BPF_MAP_TYPE_PERCPU_ARRAY", 4),
 }
+# A hash keyed by a struct, and its next version without a key field.
+KEYED = {"keyed": "__u32 index; __u32 vlan;", "keyed_less": "__u32 index;"}
 
 # What each next version changes, as the refusal says it.
 CHANGES = {
@@ -83,6 +98,11 @@ def objects(tmp_path_factory):
         source = tmp / ("%s.bpf.c" % name)
         source.write_text(PROGRAM.replace("REC_FIELDS", fields).replace("MAP_TYPE", map_type)
                           .replace("MAX_ENTRIES", str(max_entries)))
+        out[name] = compile_bpf(source, tmp / ("%s.o" % name))
+    for name, key_fields in KEYED.items():
+        source = tmp / ("%s.bpf.c" % name)
+        source.write_text("#define KEY_FIELDS %s\n" % key_fields + PROGRAM.replace("REC_FIELDS", VERSIONS["v1"][0])
+                          .replace("MAP_TYPE", "BPF_MAP_TYPE_HASH").replace("MAX_ENTRIES", "4"))
         out[name] = compile_bpf(source, tmp / ("%s.o" % name))
     return out
 
@@ -162,11 +182,10 @@ def test_reset_starts_the_changed_map_empty_and_counts_on(run, pair, objects, co
 
 
 def test_an_unchanged_layout_keeps_the_map_and_its_counters(run, pair, objects, counting, tmp_path):
-    # Another object (another program: one more instruction's worth of constant) with the same maps.
+    # Another object (another program: a volatile store more) with the same maps.
     source = tmp_path / "v1b.bpf.c"
     source.write_text(PROGRAM.replace("REC_FIELDS", VERSIONS["v1"][0]).replace("MAP_TYPE", "BPF_MAP_TYPE_ARRAY")
-                      .replace("MAX_ENTRIES", "4").replace("return XDP_PASS;\n}", "return XDP_PASS + 0 * 7;\n}")
-                      .replace("__u32 index = 0;", "__u32 index = 0; /* v1b */ volatile int unused = 1;"))
+                      .replace("MAX_ENTRIES", "4").replace("KEY_TYPE index;", "KEY_TYPE index; volatile int unused = 1;"))
     args = dict(interface="eth0", netns=pair.rx, object=compile_bpf(source, tmp_path / "v1b.o"),
                 program="xdp_count_rec")
     first, _second = assert_rhythm(run, "xdp_program", args)
@@ -301,3 +320,41 @@ def test_fields_carries_per_cpu_values_cpu_by_cpu(run, pair, objects):
     # Each CPU's copy carried by name into the new layout (drops first now), the new field zero on every CPU.
     assert per_cpu() == [(0, {"drops": 0, "bytes": 100 * SIZE, "packets": 100},
                           [{"drops": 0, "bytes": one["bytes"], "packets": one["packets"]} for one in before[0][2]])]
+
+
+def test_datapath_migrates_and_a_failing_entry_after_puts_the_old_program_and_map_back(
+        run, pair, objects, counting, tmp_path):
+    before = host(pair, counting)
+    broken = tmp_path / "broken.o"
+    broken.write_bytes(b"not an object")
+    entry = dict(interface="eth0", netns=pair.rx, object=objects["added"], program="xdp_count_rec")
+    # The upgrade of eth0 migrates its stats; the entry after it fails (lo's object does not open): eth0 gets
+    # back its very program, and its pin the old map with its counters.
+    res = run("datapath", {"config": {"xdp": [entry, dict(entry, interface="lo", object=str(broken))]}})
+    assert res.get("failed") and res["msg"].startswith("config.xdp[1]: "), res
+    assert res["put_back"] == ["config.xdp[0] (the XDP hook of eth0 in netns %s): put back" % pair.rx], res
+    assert host(pair, counting) == before
+    send(run, pair, 50)
+    assert stats(run, pair) == [{"key": 0, "value": {"packets": 150, "bytes": 150 * SIZE}}]
+    # The same upgrade alone goes through datapath too, in the four-step rhythm, the map carried by name.
+    first, _second = assert_rhythm(run, "datapath", {"config": {"xdp": [entry]}})
+    assert stats(run, pair) == [{"key": 0, "value": {"packets": 150, "bytes": 150 * SIZE, "drops": 0}}]
+    changes = [change for change in first["changes"] if change["section"] == "xdp"]
+    assert [change["diff"]["after"]["map_migration"] for change in changes] == [[{
+        "map": "stats", "outcome": "migrated", "changes": ["value field drops added (int, 8 bytes at 16)"],
+        "entries_copied": 1}]], first
+
+
+def test_fields_refuses_a_key_field_removed_without_a_rule(run, pair, objects):
+    args = dict(interface="eth0", netns=pair.rx, object=objects["keyed"], program="xdp_count_rec")
+    attached = run("xdp_program", args)
+    assert attached["changed"] and not attached.get("failed"), attached
+    send(run, pair, 10)
+    assert stats(run, pair) == [{"key": {"index": 0, "vlan": 0}, "value": {"packets": 10, "bytes": 10 * SIZE}}]
+    before = host(pair, attached)
+    for check in (True, False):
+        refused = run("xdp_program", dict(args, object=objects["keyed_less"]), check=check)
+        assert refused["failed"] and refused["msg"] == (
+            "map stats: key field vlan is not in the new key, and keys that differ only there would become one; "
+            "carry it under another name with map_rename, or map_migration: reset starts the map empty"), refused
+        assert host(pair, attached) == before

@@ -6,10 +6,14 @@ scrambled, or failed with a bare EINVAL; reset starts the changed map empty and 
 carries every entry into the new layout by field name, and what is counted between the copy and the swap too."""
 
 import json
+import struct
 
 import pytest
 
 from conftest import assert_rhythm, compile_bpf, sh
+from kernel_features import needs
+
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
 
 PROGRAM = r"""
 #include <linux/bpf.h>
@@ -266,9 +270,10 @@ def test_fields_refuses_what_no_copy_carries_and_changes_nothing(run, pair, obje
 FRAMES = 600000
 
 
-def test_fields_under_traffic_counts_every_frame_once(run, pair, objects, counting):
-    """Frames keep arriving while the map is copied and the program swapped: what the old program counts after
-    the copy is added after the swap, so the new map ends with every frame sent (none lost, none twice)."""
+def upgrade_under_traffic(run, pair, module, args, frames=FRAMES, refused=False):
+    """module upgrades with args while the generator sends frames to the receiver: the upgrade's result, once
+    every frame was sent, and proof that the upgrade (its copy, swap and top-up) ran while they arrived; with
+    refused, the upgrade's failed result instead."""
     import threading  # pylint: disable=import-outside-toplevel
     import time  # pylint: disable=import-outside-toplevel
 
@@ -278,7 +283,7 @@ def test_fields_under_traffic_counts_every_frame_once(run, pair, objects, counti
         windows["sender"] = time.monotonic()
         sent.update(run("xdp_trafficgen", dict(interface="eth0", netns=pair.tx, src_ip=pair.tx_ip,
                                                dst_ip=pair.rx_ip, dst_mac=pair.rx_mac, protocols=["udp"],
-                                               count=FRAMES, size=SIZE, engine="socket")))
+                                               count=frames, size=SIZE, engine="socket")))
         windows["sender"] = (windows["sender"], time.monotonic())
 
     thread = threading.Thread(target=sender)
@@ -286,18 +291,128 @@ def test_fields_under_traffic_counts_every_frame_once(run, pair, objects, counti
     try:
         time.sleep(0.3)  # the sender's module started and sending
         start = time.monotonic()
-        # map_migration: fields is the default.
-        upgraded = run("xdp_program", dict(interface="eth0", netns=pair.rx, object=objects["swapped"],
-                                           program="xdp_count_rec"))
+        upgraded = run(module, args)
         windows["upgrade"] = (start, time.monotonic())
     finally:
         thread.join()
-    assert upgraded["changed"] and not upgraded.get("failed"), upgraded
-    assert sent["sent"] == {"udp": FRAMES}, sent
-    # The upgrade (its copy, swap and top-up) ran while frames were arriving.
+    assert (upgraded.get("failed") and not upgraded["changed"]) if refused else \
+        (upgraded["changed"] and not upgraded.get("failed")), upgraded
+    assert sent["sent"] == {"udp": frames}, sent
     assert windows["sender"][0] < windows["upgrade"][0] < windows["upgrade"][1] < windows["sender"][1], windows
+    return upgraded
+
+
+def test_fields_under_traffic_counts_every_frame_once(run, pair, objects, counting):
+    """Frames keep arriving while the map is copied and the program swapped: what the old program counts after
+    the copy is added after the swap, so the new map ends with every frame sent (none lost, none twice)."""
+    # map_migration: fields is the default.
+    upgrade_under_traffic(run, pair, "xdp_program", dict(interface="eth0", netns=pair.rx, object=objects["swapped"],
+                                                         program="xdp_count_rec"))
     value = stats(run, pair)[0]["value"]
     assert value == {"packets": FRAMES + 100, "bytes": (FRAMES + 100) * SIZE}, value
+
+
+def test_a_shared_map_set_under_traffic_is_refused_and_every_interface_counts_on(run, pair, objects):
+    """A map set shared by two interfaces: an upgrade of one of them with a changed layout is refused (by design,
+    one attachment neither migrates nor resets what the others count into) while frames arrive, and nothing
+    changes: both programs stay on their hooks, the shared map counts every frame once."""
+    sh("ip", "-n", pair.rx, "link", "add", "a1", "type", "veth", "peer", "name", "b1")
+    sh("ip", "-n", pair.rx, "link", "set", "a1", "up")
+    sh("ip", "-n", pair.rx, "link", "set", "b1", "up")
+    args = dict(netns=pair.rx, object=objects["v1"], program="xdp_count_rec", shared_maps="counters")
+    attached = [run("xdp_program", dict(args, interface=ifname)) for ifname in ("eth0", "a1")]
+    assert all(one["changed"] and not one.get("failed") for one in attached), attached
+    pin = attached[0]["maps"]["stats"]
+    assert attached[1]["maps"]["stats"] == pin, "one map for both interfaces"
+    send(run, pair, 100)
+    before = [pair.xdp_prog_id(), pair.xdp_prog_id(dev="a1")]
+    refused = upgrade_under_traffic(run, pair, "xdp_program", dict(args, interface="eth0", object=objects["added"]),
+                                    refused=True)
+    assert "the maps of a shared map set are used by its other attachments too, so one attachment neither " \
+           "migrates nor resets them" in refused["msg"], refused
+    assert "Traceback" not in json.dumps(refused)
+    assert [pair.xdp_prog_id(), pair.xdp_prog_id(dev="a1")] == before
+    assert sh("ls", "-A", pin.rpartition("/")[0]).stdout.split() == ["stats"]
+    assert read_u64s(pin)[bytes(4)] == (FRAMES + 100, (FRAMES + 100) * SIZE)
+
+
+def read_u64s(pin):
+    """Every entry of the pinned map, read raw (no BTF): key bytes -> its value's 64-bit fields in order."""
+    with _bpf.Map.from_pin(pin) as pinned:
+        return {key: struct.unpack("<%dQ" % (len(value) // 8), value) for key, value in pinned.items()}
+
+
+# The counting program at tc: the same maps, the frame seen as an skb (tc's verdict 0 is TC_ACT_OK).
+TC_PROGRAM = PROGRAM.replace('SEC("xdp")\nint xdp_count_rec(struct xdp_md *ctx)',
+                             'SEC("tc")\nint tc_count_rec(struct __sk_buff *ctx)').replace("XDP_PASS", "0")
+
+
+@pytest.fixture(scope="module")
+def tc_objects(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("tc_migration")
+    out = {}
+    for name in ("v1", "swapped"):
+        fields, map_type, max_entries = VERSIONS[name]
+        source = tmp / ("tc_%s.bpf.c" % name)
+        source.write_text(TC_PROGRAM.replace("REC_FIELDS", fields).replace("MAP_TYPE", map_type)
+                          .replace("MAX_ENTRIES", str(max_entries)))
+        out[name] = compile_bpf(source, tmp / ("tc_%s.o" % name))
+    return out
+
+
+@pytest.mark.parametrize("method", [needs("tcx", "tcx"), "cls_bpf"])
+def test_tc_fields_under_traffic_counts_every_frame_once(run, pair, tc_objects, method):
+    """The same upgrade at tc ingress, held by a tcx link or a cls_bpf filter: the swapped counters carried by
+    name, and every frame sent while the map was copied and the program swapped counted once."""
+    args = dict(interface="eth0", netns=pair.rx, program="tc_count_rec", method=method)
+    attached = run("tc_program", dict(args, object=tc_objects["v1"]))
+    assert attached["changed"] and not attached.get("failed") and attached["method"] == method, attached
+    send(run, pair, 100)
+    pin = attached["maps"]["stats"]
+    assert read_u64s(pin)[bytes(4)] == (100, 100 * SIZE)
+    upgraded = upgrade_under_traffic(run, pair, "tc_program", dict(args, object=tc_objects["swapped"]))
+    assert upgraded["method"] == method and upgraded["id"] != attached["id"], upgraded
+    assert upgraded["map_migration"][0]["outcome"] == "migrated", upgraded
+    assert upgraded["maps"]["stats"] == pin
+    # swapped: bytes first now.
+    assert read_u64s(pin)[bytes(4)] == ((FRAMES + 100) * SIZE, FRAMES + 100)
+
+
+FLOWS = 5000
+
+
+@pytest.fixture(scope="module")
+def flow_objects(tmp_path_factory):
+    """A hash of 8,192 entries keyed by struct key { index; vlan; }, and its next version with a field added."""
+    tmp = tmp_path_factory.mktemp("flows")
+    out = {}
+    for name in ("v1", "added"):
+        source = tmp / ("flows_%s.bpf.c" % name)
+        source.write_text("#define KEY_FIELDS __u32 index; __u32 vlan;\n" + PROGRAM.replace(
+            "REC_FIELDS", VERSIONS[name][0]).replace("MAP_TYPE", "BPF_MAP_TYPE_HASH").replace("MAX_ENTRIES", "8192"))
+        out[name] = compile_bpf(source, tmp / ("flows_%s.o" % name))
+    return out
+
+
+def test_fields_carries_thousands_of_flows_by_field_under_traffic(run, pair, flow_objects):
+    """5,000 flows (written beside the one the traffic counts into, each with its own counters) carried into
+    the layout with drops added, while frames arrive: every flow by field, drops zero, every frame once."""
+    args = dict(interface="eth0", netns=pair.rx, program="xdp_count_rec")
+    attached = run("xdp_program", dict(args, object=flow_objects["v1"]))
+    assert attached["changed"] and not attached.get("failed"), attached
+    pin = attached["maps"]["stats"]
+    flows = {struct.pack("<II", index, 7): (index, index * 64) for index in range(1, FLOWS + 1)}
+    with _bpf.Map.from_pin(pin) as pinned:
+        for key, value in flows.items():
+            pinned.update(key, struct.pack("<2Q", *value))
+    send(run, pair, 100)
+    traffic = struct.pack("<II", 0, 0)
+    assert read_u64s(pin) == {**flows, traffic: (100, 100 * SIZE)}
+    upgraded = upgrade_under_traffic(run, pair, "xdp_program", dict(args, object=flow_objects["added"]))
+    assert upgraded["map_migration"] == [{"map": "stats", "outcome": "migrated", "entries_copied": FLOWS + 1,
+                                          "changes": ["value field drops added (int, 8 bytes at 16)"]}], upgraded
+    assert read_u64s(pin) == {**{key: value + (0,) for key, value in flows.items()},
+                              traffic: (FRAMES + 100, (FRAMES + 100) * SIZE, 0)}
 
 
 def test_fields_carries_per_cpu_values_cpu_by_cpu(run, pair, objects):

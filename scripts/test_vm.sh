@@ -35,6 +35,15 @@ if [[ "$(cat "$SITE/.versions" 2>/dev/null)" != "$want" ]]; then
 	.venv/bin/pip install -q --disable-pip-version-check --target "$SITE" $want
 	echo "$want" >"$SITE/.versions"
 fi
+# The collections a test's ansible-playbook run needs there (a kernel-marked test may go through a role),
+# from the venv's ansible: ansible.posix (the json callback the tests read results with) and
+# community.general (the filetree lookup of the roles).
+for name in ansible.posix community.general; do
+	from=$(.venv/bin/python -c "import ansible_collections.$name as p; print(list(p.__path__)[0])")
+	rm -rf "$SITE/ansible_collections/${name/.//}"
+	mkdir -p "$SITE/ansible_collections/${name%%.*}"
+	cp -r "$from" "$SITE/ansible_collections/${name/.//}"
+done
 
 booted=
 if ! $VM status >/dev/null 2>&1; then

@@ -243,7 +243,10 @@ def ansible_playbook(*args, check=False, expect_ok=True, extra_vars=()):
     Each of extra_vars is passed as -e JSON. expect_ok: every host ran
     without a failure and the command exited 0.
     """
-    argv = [os.path.join(os.path.dirname(VENV_PYTHON), "ansible-playbook"), *args]
+    script = os.path.join(os.path.dirname(VENV_PYTHON), "ansible-playbook")
+    # Inside the lab's VM (make test-vm) ansible-core is on PYTHONPATH, without its scripts: its module entry.
+    argv = [script] if os.path.exists(script) else [VENV_PYTHON, "-m", "ansible", "playbook"]
+    argv += list(args)
     for extra in extra_vars:
         argv += ["-e", json.dumps(extra)]
     if check:

@@ -290,6 +290,10 @@ map_migration:
     entries_copied:
       description: With V(migrated), how many entries were copied (an array's all-zero entries are not).
       type: int
+    copy_to_swap_ms:
+      description: With V(migrated), after a real run, the milliseconds from the copy's read of the old map to
+        the new program on the hook (what the old program counted meanwhile was added after the swap).
+      type: float
   sample: [{map: stats, outcome: migrated, changes: ["value field drops added (int, 8 bytes at 16)"],
             entries_copied: 1}]
   sample: {proto_count: /sys/fs/bpf/ebpf_xdp/host/eth1/xdp/maps/proto_count}

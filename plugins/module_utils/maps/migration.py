@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
 from ansible_collections.ebpf.xdp.plugins.module_utils.maps import btf as _btf
@@ -187,6 +188,8 @@ class Review:
         out = {"map": self.name, "outcome": self.outcome, "changes": list(self.changes)}
         if self.copy is not None:
             out["entries_copied"] = self.copy.copied
+            if self.copy.window is not None:
+                out["copy_to_swap_ms"] = round(self.copy.window * 1000, 3)
         return out
 
 
@@ -486,6 +489,10 @@ class Copy:
         self.array = new_info["type"] in ("array", "percpu_array")
         self.max_entries = new_info["max_entries"]
         self.copied = 0
+        # Seconds from the copy's read of the old map to the swap's end: what the old program counted in it is
+        # what add_gained tops up (None until a real run swapped).
+        self.window: float | None = None
+        self._copy_started = 0.0
         self.snapshot: dict = {}
         self.entries = self._plan(pin)
 
@@ -519,6 +526,7 @@ class Copy:
     def write(self, set_aside: str) -> None:
         """Read the old map (now pinned at set_aside) again, convert and write every entry into the new map at
         the pin (the one the load created)."""
+        self._copy_started = time.monotonic()
         self.entries = self._plan(set_aside)
         with _bpf.open_pinned_map(self.pin) as new:
             for key, value in self.entries:
@@ -528,6 +536,7 @@ class Copy:
         """After the swap the old map is no longer written: add to the new map what its counters gained since
         the copy, atomically (the new program counts into the same values); an entry made meanwhile is copied
         whole."""
+        self.window = time.monotonic() - self._copy_started
         adds = []
         with _bpf.open_pinned_map(set_aside) as old, _bpf.open_pinned_map(self.pin) as new:
             for key, now in old.items():

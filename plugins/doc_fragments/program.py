@@ -93,6 +93,10 @@ options:
       - The maps of a O(shared_maps) set are used by other attachments too, so a change to them is refused
         whatever this option says.
       - Results and check mode list each map of the program with what becomes of it (RV(map_migration)).
+      - O(revision=previous) after a migrating upgrade migrates back the same way, into the previous object's
+        layout (the object store keeps it). The counters carried forward are carried back by field name, fields
+        the upgrade added are dropped, and fields it removed come back zero (the old map was dropped once the
+        upgrade's program was on the hook). Its O(map_migration) applies as to any upgrade.
       - The counters gained between the copy and the swap are added by reading and writing each entry of the
         new map while the new program runs; a frame the new program counts in the microseconds between that
         read and write of the same entry can be lost.

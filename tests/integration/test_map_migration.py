@@ -486,3 +486,32 @@ def test_fields_refuses_a_key_field_removed_without_a_rule(run, pair, objects):
             "map stats: key field vlan is not in the new key, and keys that differ only there would become one; "
             "carry it under another name with map_rename, or map_migration: reset starts the map empty"), refused
         assert host(pair, attached) == before
+
+
+@pytest.mark.parametrize("version", ["swapped", "added"])
+def test_revision_previous_migrates_back_by_field_name(run, pair, objects, counting, version, tmp_path):
+    """The rollback of a migrating upgrade carries the counters back into the previous layout (the previous
+    object, from the object store) the same way: by field name; a field the upgrade added is dropped."""
+    store = str(tmp_path / "objects")
+    args = dict(interface="eth0", netns=pair.rx, object_store=store, program="xdp_count_rec")
+    # counting attached v1 without this store: v1 again with it is a new revision of the same program.
+    assert not run("xdp_program", dict(args, object=objects["v1"])).get("failed")
+    upgraded = run("xdp_program", dict(args, object=objects[version]))
+    assert upgraded["changed"] and upgraded["map_migration"][0]["outcome"] == "migrated", upgraded
+    send(run, pair, 50)
+    back = dict(interface="eth0", netns=pair.rx, object_store=store, revision="previous")
+    predicted = run("xdp_program", back, check=True)
+    expected = [{"map": "stats", "outcome": "migrated", "entries_copied": 1,
+                 "changes": {"swapped": ["value field bytes: int, 8 bytes at 0 -> int, 8 bytes at 8",
+                                         "value field packets: int, 8 bytes at 8 -> int, 8 bytes at 0"],
+                             "added": ["value field drops removed (was int, 8 bytes at 16)"]}[version]}]
+    assert predicted["changed"] and predicted["map_migration"] == expected, predicted
+    rolled, again = assert_rhythm(run, "xdp_program", back)
+    assert rolled["revision"]["rolled_back"] and rolled["map_migration"] == expected, rolled
+    assert again["map_migration"] == [], again
+    assert rolled["maps"] == counting["maps"]
+    assert sh("ls", "-A", counting["maps"]["stats"].rpartition("/")[0]).stdout.split() == ["stats"]
+    # Read through v1's layout again: what v1 counted and what the upgrade counted, by name.
+    assert stats(run, pair) == [{"key": 0, "value": {"packets": 150, "bytes": 150 * SIZE}}]
+    send(run, pair, 50)
+    assert stats(run, pair) == [{"key": 0, "value": {"packets": 200, "bytes": 200 * SIZE}}]

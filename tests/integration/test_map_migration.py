@@ -507,7 +507,7 @@ def test_revision_previous_migrates_back_by_field_name(run, pair, objects, count
                              "added": ["value field drops removed (was int, 8 bytes at 16)"]}[version]}]
     assert predicted["changed"] and predicted["map_migration"] == expected, predicted
     rolled, again = assert_rhythm(run, "xdp_program", back)
-    assert rolled["revision"]["rolled_back"] and rolled["map_migration"] == expected, rolled
+    assert rolled["revision"]["rolled_back"] and untimed(rolled["map_migration"]) == expected, rolled
     assert again["map_migration"] == [], again
     assert rolled["maps"] == counting["maps"]
     assert sh("ls", "-A", counting["maps"]["stats"].rpartition("/")[0]).stdout.split() == ["stats"]

@@ -94,7 +94,9 @@ DEVMAP_GROUP_ARGS = dict(
     addresses=dict(type="list", elements="str", default=[]),
     exclude_ingress=dict(type="bool"),
     exclusive=dict(type="bool", default=False),
-    egress_program=dict(type="dict", options=dict(object=dict(type="path"), program=dict(type="str"))),
+    egress_program=dict(type="dict", options=dict(object=dict(type="path"), program=dict(type="str"),
+                                                  section=dict(type="str")),
+                        mutually_exclusive=[("program", "section")]),
     state=dict(type="str", choices=["present", "absent"], default="present"),
     **PIN_ROOT_ARGS)
 DEVMAP_GROUP_RULES = dict(required_one_of=[("name", "id")])

@@ -262,7 +262,7 @@ def _group_entry(group: dict, netns: str | None, set_name: str, record: dict) ->
              "exclude_ingress": group["exclude_ingress"]}
     egress = record.get("egress") or {}
     if egress.get("object"):
-        entry["egress_program"] = {"object": egress["object"], "program": egress.get("program")}
+        entry["egress_program"] = _devmap.asked_egress(egress)  # named one way, as the task named it
     return entry
 
 

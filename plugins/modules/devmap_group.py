@@ -23,7 +23,9 @@ description:
   - A frame belongs to a group by its multicast destination IP (IPv4 or IPv6) or, failing that, its destination
     MAC (see O(addresses)). A port that is not a member can still feed a group.
   - Two runs are the same when the members, addresses, O(exclude_ingress) and egress program (the object's
-    SHA-256 and program name) in the maps and the group's record match the task.
+    SHA-256 and the program loaded) in the maps and the group's record match the task. The same program named the
+    other way (O(egress_program.program) instead of O(egress_program.section), or the other way round) is no
+    change; the group's record then says how the task names it.
 author:
   - ebpf.xdp developers (@ebpf-xdp)
 requirements:
@@ -106,7 +108,20 @@ options:
       program:
         description:
           - Function name of the program; may be omitted when the object holds one devmap program
-            (C(SEC("xdp/devmap"))).
+            (C(SEC("xdp/devmap")), or libbpf 0.x's C(SEC("xdp_devmap/...")), which is loaded as a devmap program
+            too).
+          - Mutually exclusive with O(egress_program.section).
+        type: str
+      section:
+        description:
+          - The program by its section name in O(egress_program.object), its C(SEC()) (as iproute2's C(sec) takes
+            it), instead of O(egress_program.program), for example C(xdp/devmap) or C(xdp_devmap/egress_mac).
+          - A section that holds several programs is an error listing them by function name; name one with
+            O(egress_program.program) then. A section the object does not have is an error listing its programs
+            and sections. Either way nothing is changed.
+          - The result, the diff, P(ebpf.xdp.xdp_facts#module) (C(egress_section)) and
+            P(ebpf.xdp.datapath#module)'s V(gathered) show the section as asked.
+          - Mutually exclusive with O(egress_program.program).
         type: str
   state:
     description:
@@ -164,6 +179,13 @@ EXAMPLES = r"""
       object: /var/lib/ebpf_xdp/objects/xdp_multicast.o
       program: xdp_egress_mac
 
+- name: The same egress program chosen by its section, as iproute2's sec takes it
+  ebpf.xdp.devmap_group:
+    name: arp
+    egress_program:
+      object: /var/lib/ebpf_xdp/objects/xdp_multicast.o
+      section: xdp/devmap
+
 - name: Exactly these members now (eth4 leaves, the others keep receiving)
   ebpf.xdp.devmap_group:
     name: video
@@ -210,7 +232,9 @@ exclude_ingress:
   returned: always
   type: bool
 egress_program:
-  description: The egress program's object and program name, or null.
+  description:
+    - The egress program's object and how the task named it - C(program) (its function name, null for the only
+      devmap program of the object) or C(section) - or null.
   returned: always
   type: dict
   sample: {object: /var/lib/ebpf_xdp/objects/xdp_multicast.o, program: xdp_egress_mac}

@@ -153,9 +153,10 @@ ansible_facts:
               them, each a list sorted by id.
             - A group has C(id), C(name) (null for none), C(owner) (C(ebpf.xdp), or C(unmanaged) for a group
               written by other means), C(members) (each with C(name) and C(ifindex)), C(addresses),
-              C(exclude_ingress), C(egress_program) (its program name, or null), C(frames) (frames classified to
-              the group) and C(copies) (copies the program asked the kernel for), both summed over CPUs, and with
-              O(rate_interval) C(rates) (C(frames) and C(copies) per second).
+              C(exclude_ingress), C(egress_program) (its program name, or null), C(egress_section) (its section,
+              only when the task chose it by O(ebpf.xdp.devmap_group#module:egress_program.section)), C(frames)
+              (frames classified to the group) and C(copies) (copies the program asked the kernel for), both summed
+              over CPUs, and with O(rate_interval) C(rates) (C(frames) and C(copies) per second).
             - A map set that cannot be read (half removed, say) is left out with a warning.
           type: dict
           returned: when the namespace has a map set with the multicast maps (a set without groups is an empty list)

@@ -348,6 +348,20 @@ CASES = [
     ("group-egress-not-elf", "devmap_group",
      dict(netns="{tx}", name="video", shared_maps=SET, members=["eth0"], egress_program={"object": "/etc/passwd"}),
      NOT_ELF),
+    # egress_program by section: with program too, a section of two programs, a section the object does not have
+    ("group-egress-section-and-program", "devmap_group",
+     dict(netns="{tx}", name="video", shared_maps=SET, members=["eth0"],
+          egress_program={"object": "{mcast}", "program": "xdp_egress_mac", "section": "xdp/devmap"}),
+     "parameters are mutually exclusive: program|section found in egress_program"),
+    ("group-egress-section-two-programs", "devmap_group",
+     dict(netns="{tx}", name="video", shared_maps=SET, members=["eth0"],
+          egress_program={"object": "{mixed}", "section": "classifier"}),
+     "section 'classifier' of {mixed} holds 2 programs (first_count, second_drop); name one with program: instead"),
+    ("group-egress-no-such-section", "devmap_group",
+     dict(netns="{tx}", name="video", shared_maps=SET, members=["eth0"],
+          egress_program={"object": "{mcast}", "section": "xdp_devmap/nosuch"}),
+     "{mcast} has no program in section 'xdp_devmap/nosuch'; its programs: xdp_multicast (SEC(\"xdp\")), "
+     "xdp_egress_mac (SEC(\"xdp/devmap\"))"),
     # datapath: each entry as its module would check it, named by its place in config; a failing entry puts back
     # what the entries before it changed (lo's new program here)
     ("datapath-two-entries-one-hook", "datapath",
@@ -366,6 +380,16 @@ CASES = [
                               method="cls_bpf", direction="egress")]}),
      "config.tc[0]: program 'socket_all' in {mixed} is a socket_filter program, not sched_cls; tc classifier "
      "programs are in SEC(\"tc\"), or in a section that names no program type (this one is in SEC(\"socket\"))"),
+    ("datapath-group-egress-section-and-program", "datapath",
+     dict(config={"devmap_groups": [dict(netns="{tx}", name="video", shared_maps=SET, members=["eth0"],
+                                         egress_program={"object": "{mcast}", "program": "xdp_egress_mac",
+                                                         "section": "xdp/devmap"})]}),
+     "config.devmap_groups[0]: parameters are mutually exclusive: program|section found in egress_program"),
+    ("datapath-group-egress-section-two-programs", "datapath",
+     dict(config={"devmap_groups": [dict(netns="{tx}", name="video", shared_maps=SET, members=["eth0"],
+                                         egress_program={"object": "{mixed}", "section": "classifier"})]}),
+     "config.devmap_groups[0]: section 'classifier' of {mixed} holds 2 programs (first_count, second_drop); name "
+     "one with program: instead"),
     ("datapath-entry-pin-root", "datapath",
      dict(config={"xdp": [dict(interface="eth0", netns="{rx}", object="{drop}", pin_root="{pin_root}")]}),
      "config.xdp[0]: pin_root is set once for the task, not per entry"),

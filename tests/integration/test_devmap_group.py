@@ -55,6 +55,29 @@ def legacy_egress_obj(tmp_path_factory):
     return compile_bpf(src, directory / "xdp_multicast_legacy.o", [os.path.join(BPF_DIR, "include")])
 
 
+TWO_EGRESS = """// SPDX-License-Identifier: GPL-2.0
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+SEC("xdp/devmap")
+int egress_pass(struct xdp_md *ctx) { return XDP_PASS; }
+
+SEC("xdp/devmap")
+int egress_drop(struct xdp_md *ctx) { return XDP_DROP; }
+
+char _license[] SEC("license") = "GPL";
+"""
+
+
+@pytest.fixture(scope="module")
+def two_egress_obj(tmp_path_factory):
+    """Two devmap egress programs in one section: the section alone names neither."""
+    directory = tmp_path_factory.mktemp("two_egress")
+    src = directory / "two_egress.bpf.c"
+    src.write_text(TWO_EGRESS)
+    return compile_bpf(src, directory / "two_egress.o", [os.path.join(BPF_DIR, "include")])
+
+
 def play(tasks, python=SYSTEM_PYTHON):
     """Run tasks in one playbook on localhost; the per-task results (a loop's under "results")."""
     with tempfile.NamedTemporaryFile("w", suffix=".yml", dir="/tmp", delete=False) as handle:
@@ -413,6 +436,83 @@ def test_the_egress_program_writes_each_ports_own_mac_on_every_copy(run_distro, 
         with _devmap.MapSet(sw.set_dir, SET) as mset:
             assert set(mset.members(1).values()) == {0}
         assert seen() == {p: {sw.ports.host_macs[0]: n} for p in (1, 2, 3)}
+
+
+@pytest.mark.parametrize("section", ["xdp/devmap", "xdp_devmap/egress_mac"])
+def test_the_egress_program_chosen_by_its_section(run_distro, mcast_obj, legacy_egress_obj, drop_obj, pin_root,
+                                                  section):
+    """egress_program by section (iproute2's sec): the four-step rhythm, every copy leaves each member with its
+    port's own MAC, facts and gathered say the section, and the same program named by its function (and back)
+    is no change."""
+    n = 10
+    obj = mcast_obj if section == "xdp/devmap" else legacy_egress_obj
+    by_section, by_name = {"object": obj, "section": section}, {"object": obj, "program": "xdp_egress_mac"}
+    with switch(4, mcast_obj, drop_obj, run_distro, pin_root) as sw:
+        args = dict(name="video", members=["p1", "p2", "p3"], addresses=[V4], netns=sw.ports.sw, pin_root=pin_root)
+        first, _second = assert_rhythm(sw.run, "devmap_group", dict(args, egress_program=by_section))
+        assert first["egress_program"] == by_section, first
+        assert first["diff"]["after"]["egress_program"] == by_section, first
+        with _bpf.Program.from_pin(os.path.join(first["pin_dir"], "prog")) as prog:
+            egress_id = prog.info()["id"]
+        with _devmap.MapSet(sw.set_dir, SET) as mset:
+            assert set(mset.members(1).values()) == {egress_id}
+        with _netns.netns(sw.ports.hosts):
+            sniffers = {port: sniffer("h%d" % port) for port in (1, 2, 3)}
+        sw.send(0, {"udp": sw.udp()}, n)
+        assert {port: sources(sock, sw.udp()[12:]) for port, sock in sniffers.items()} == {
+            p: {sw.ports.port_macs[p]: n} for p in (1, 2, 3)}
+        assert eventually(lambda: sw.all_received()[1:], [{17: n}] * 3) == [{17: n}] * 3
+
+        def group_facts():
+            facts = run_distro("xdp_facts", dict(netns=sw.ports.sw, pin_root=pin_root))["ansible_facts"]["xdp"]
+            [group] = facts["devmap_groups"][SET]
+            return group
+
+        group = group_facts()
+        assert (group["egress_program"], group.get("egress_section")) == ("xdp_egress_mac", section), group
+        assert (group["frames"], group["copies"]) == (n, 3 * n), group
+        gathered = run_distro("datapath", dict(state="gathered", namespaces=[sw.ports.sw],
+                                               pin_root=pin_root))["gathered"]
+        assert [g["egress_program"] for g in gathered["devmap_groups"]] == [by_section], gathered
+        back = run_distro("datapath", dict(state="merged", config={"devmap_groups": gathered["devmap_groups"]},
+                                           pin_root=pin_root))
+        assert back["changed"] is False and not back.get("failed"), back
+        # The same program by its function name, and back by its section: no change, the very same program;
+        # the record (facts, gathered) says how the last task named it.
+        for named, shown in ((by_name, None), (by_section, section)):
+            for check in (True, False, True):
+                res = run_distro("devmap_group", dict(args, egress_program=named), check=check)
+                assert res["changed"] is False and not res.get("failed"), res
+            with _devmap.MapSet(sw.set_dir, SET) as mset:
+                assert set(mset.members(1).values()) == {egress_id}
+            group = group_facts()
+            assert (group["egress_program"], group.get("egress_section")) == ("xdp_egress_mac", shown), group
+
+
+def test_bad_egress_sections_are_refused_and_change_nothing(run_distro, mcast_obj, two_egress_obj, drop_obj,
+                                                            pin_root):
+    """Both program and section, a section of two programs, a section the object does not have: a clear error in
+    check mode and in a run, and the group keeps its egress program (maps and pins as they were)."""
+    with switch(3, mcast_obj, drop_obj, run_distro, pin_root) as sw:
+        args = dict(name="video", members=["p1", "p2"], addresses=[V4])
+        sw.ok(**args, egress_program={"object": mcast_obj, "program": "xdp_egress_mac"})
+        before = sw.maps_state()
+        cases = [
+            ({"object": mcast_obj, "program": "xdp_egress_mac", "section": "xdp/devmap"},
+             "parameters are mutually exclusive: program|section found in egress_program"),
+            ({"object": two_egress_obj, "section": "xdp/devmap"},
+             "section 'xdp/devmap' of %s holds 2 programs (egress_pass, egress_drop); name one with program: "
+             "instead" % two_egress_obj),
+            ({"object": mcast_obj, "section": "xdp/nosuch"},
+             "%s has no program in section 'xdp/nosuch'; its programs: xdp_multicast (SEC(\"xdp\")), xdp_egress_mac "
+             "(SEC(\"xdp/devmap\"))" % mcast_obj),
+        ]
+        for egress, message in cases:
+            for check in (True, False):
+                res = sw.group(check=check, **args, egress_program=egress)
+                assert res.get("failed") and res["msg"] == message, res
+                assert "Traceback" not in res.get("module_stderr", ""), res
+                assert sw.maps_state() == before
 
 
 def test_an_omitted_egress_program_is_kept_and_removed_by_exclusive_or_an_empty_dict(

@@ -318,6 +318,8 @@ def read_set(set_dir: str, name: str) -> tuple[list[dict], dict[int, dict]]:
                 "addresses": sorted(by_group.get(group_id, []), key=address_order),
                 "exclude_ingress": bool(flags & EXCLUDE_INGRESS),
                 "egress_program": (record.get("egress") or {}).get("program_name"),
+                **({"egress_section": record["egress"]["section"]}
+                   if (record.get("egress") or {}).get("section") else {}),
                 "frames": mset.counter("mcast_frames", group_id),
                 "copies": mset.counter("mcast_copies", group_id),
                 "owner": "ebpf.xdp" if record else "unmanaged",
@@ -464,8 +466,8 @@ class Desired:
         if egress is not None and not any(egress.values()):
             egress = None
         elif egress is not None and not egress.get("object"):
-            raise GroupError("egress_program needs an object (and optionally a program); egress_program: {} "
-                             "removes the group's egress program")
+            raise GroupError("egress_program needs an object (and optionally a program or a section); "
+                             "egress_program: {} removes the group's egress program")
         return cls(name=params.get("name"), group_id=group_id, shared_maps=params.get("shared_maps") or
                    DEFAULT_SHARED_MAPS, state=params.get("state", "present"), members=members, addresses=seen,
                    exclude_ingress=params.get("exclude_ingress"), exclusive=exclusive, egress=egress,
@@ -480,7 +482,15 @@ def describe(group_id, name, members: dict[int, int] | None, addresses, flags: i
             "members": sorted(interface_name(i) for i in members),
             "addresses": sorted(addresses, key=address_order),
             "exclude_ingress": bool(flags & EXCLUDE_INGRESS),
-            "egress_program": dict((k, egress.get(k)) for k in ("object", "program")) if egress else None}
+            "egress_program": asked_egress(egress) if egress else None}
+
+
+def asked_egress(egress: dict) -> dict:
+    """An egress program as a task names it: its object, and its function name or (as iproute2's `sec`) its
+    section; one way only, so that fed back it names the program as it was asked for."""
+    if egress.get("section"):
+        return {"object": egress.get("object"), "section": egress["section"]}
+    return {"object": egress.get("object"), "program": egress.get("program")}
 
 
 class GroupManager:
@@ -611,9 +621,13 @@ class GroupManager:
         if exclude is None:
             exclude = bool(config[0] & EXCLUDE_INGRESS) if before.get("present") else True
         flags = EXCLUDE_INGRESS if exclude else 0
-        egress, load_egress = self._egress_plan(group_id, record)
+        egress, load_egress, renamed = self._egress_plan(group_id, record)
         name = w.name or (record or {}).get("name")
         after = describe(group_id, name, dict.fromkeys(want_members, 0), want_addresses, flags, egress)
+        # The program the group has, named the other way (function or section): no change by itself, as for an
+        # attached program; the record learns how the task names it.
+        as_before = describe(group_id, name, dict.fromkeys(want_members, 0), want_addresses, flags,
+                             record["egress"]) if renamed else after
         self.no_native_redirect = []
         for ifindex in sorted(want_members):
             problem = redirect_problem(names[ifindex], ifindex)
@@ -622,15 +636,20 @@ class GroupManager:
                 self.warnings.append(problem)
         exists = bool(record) and mset.members(group_id) is not None
         prog_id = (egress or {}).get("prog_id", 0)
-        changed = (not exists or load_egress or before != after or config != (flags, len(want_members))
+        changed = (not exists or load_egress or before != as_before or config != (flags, len(want_members))
                    or any(members[i] != prog_id for i in want_members if i in members)
                    or (record or {}).get("name") != name)
         result_members = {names[i]: i for i in want_members}
         if changed:
             # The largest record this group can get must fit before anything is loaded or written.
             self._encode_record(group_id, name, dict(egress, **WIDEST_EGRESS) if egress else None)
-        if not changed or self.check_mode:
-            return self._result(changed, group_id, name, before, after, result_members, want_addresses)
+        if not changed and renamed and not self.check_mode:
+            group_pins(self.set_dir, self.pin_root, group_id).record.write(
+                self._encode_record(group_id, name, egress))
+        if not changed:
+            return self._result(False, group_id, name, before, before, result_members, want_addresses)
+        if self.check_mode:
+            return self._result(True, group_id, name, before, after, result_members, want_addresses)
         pins = group_pins(self.set_dir, self.pin_root, group_id)
         created = pins.make(maps=False)
         try:
@@ -668,8 +687,9 @@ class GroupManager:
                              % (name or group_id, exc)) from exc
         return record
 
-    def _egress_plan(self, group_id, record) -> tuple[dict | None, bool]:
-        """(the egress program the group should have, whether it must be loaded)."""
+    def _egress_plan(self, group_id, record) -> tuple[dict | None, bool, bool]:
+        """(the egress program the group should have, whether it must be loaded, whether it is the program the
+        group has named the other way: by function name instead of section, or the other way round)."""
         spec = self.desired.egress
         current = (record or {}).get("egress") or {}
         pinned = group_pins(self.set_dir, self.pin_root, group_id).prog_path
@@ -677,31 +697,38 @@ class GroupManager:
             if os.path.exists(pinned):
                 with _bpf.Program.from_pin(pinned) as prog:
                     if prog.info()["id"] == current.get("prog_id"):
-                        return current, False
-            # Kept, but its pin is gone: loaded again from the object the record names.
-            spec = {"object": current["object"], "program": current.get("program")}
+                        return current, False, False
+            # Kept, but its pin is gone: loaded again from the object the record names, chosen as it was.
+            spec = {k: current.get(k) for k in ("object", "program", "section")}
         if not spec:
-            return None, False
+            return None, False, False
         path = spec["object"]
         if self.check_mode and not os.path.isfile(path):
             self.warnings.append("object %s does not exist yet; its egress program would be loaded once it "
                                  "does" % path)
-            return {"object": path, "program": spec.get("program")}, True
+            return {"object": path, "program": spec.get("program"), "section": spec.get("section")}, True, False
         _loader.require_object(path)
-        if self.check_mode:
-            # Opening is not loading: check mode still finds a file that is no BPF object, or no such program.
+        desired = {"object": path, "object_sha256": sha256_file(path), "program": spec.get("program"),
+                   "section": spec.get("section")}
+        selected = None
+        named = current.get("program") == desired["program"] and current.get("section") == desired["section"]
+        if self.check_mode or not named:
+            # Opening is not loading: a file that is no BPF object, no such program or section, or a section of
+            # several programs is refused before anything changes (in check mode too).
             with _bpf.BpfObject(path) as obj:
-                _loader.select_program(obj, spec.get("program"), "xdp", devmap=True)
-        desired = {"object": path, "object_sha256": sha256_file(path), "program": spec.get("program")}
-        if all(current.get(k) == v for k, v in desired.items()) and os.path.exists(pinned):
+                selected = _loader.select_program(obj, desired["program"], "xdp", devmap=True,
+                                                  section=desired["section"])
+        same = all(current.get(k) == desired[k] for k in ("object", "object_sha256"))
+        if same and (named or selected == current.get("program_name")) and os.path.exists(pinned):
             with _bpf.Program.from_pin(pinned) as prog:
                 if prog.info()["id"] == current.get("prog_id"):
-                    return current, False
-        return desired, True
+                    return (current, False, False) if named else (dict(current, **desired), False, True)
+        return desired, True, False
 
     def _load_egress(self, egress: dict) -> _loader.Loaded:
         """Load the egress program over the set's maps (it reads mcast_port_mac); egress learns its id and tag."""
-        loaded = _loader.load(egress["object"], egress.get("program"), "xdp", maps_dir=self.set_dir, devmap=True)
+        loaded = _loader.load(egress["object"], egress.get("program"), "xdp", maps_dir=self.set_dir, devmap=True,
+                              section=egress.get("section"))
         egress.update(program_name=loaded.name, prog_id=loaded.info["id"], tag=loaded.info["tag"])
         return loaded
 

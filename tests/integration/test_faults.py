@@ -1,8 +1,10 @@
 """Faults survived: each ends with one normal run that converges the host and a second that reports no change.
 
 Kill points: the converger names the steps of a run (_converge.fault_point:
-after_load, after_attach, after_pin, before_record) and dies there with
-SIGKILL when EBPF_XDP_FAULT_POINT names one. Modules run as their own
+after_load, after_attach, after_pin, before_record; a migrating upgrade's
+maps_set_aside, during_copy, after_swap and before_retire, tested in
+test_map_migration) and dies there with SIGKILL when EBPF_XDP_FAULT_POINT
+names one. Modules run as their own
 processes started directly (conftest's ModuleRunner: no ansible around
 them, ~5x faster); the concurrency tests run ansible-playbook itself.
 """

@@ -515,3 +515,58 @@ def test_revision_previous_migrates_back_by_field_name(run, pair, objects, count
     assert stats(run, pair) == [{"key": 0, "value": {"packets": 150, "bytes": 150 * SIZE}}]
     send(run, pair, 50)
     assert stats(run, pair) == [{"key": 0, "value": {"packets": 200, "bytes": 200 * SIZE}}]
+
+
+# The steps of a migrating upgrade, in order (hooks/converge.py's fault points): the old pin set aside, the load
+# (libbpf makes the new maps, then loads the program), the copy midway, the swap, and before the old map is dropped.
+BEFORE_SWAP = ["maps_set_aside", "after_load", "during_copy"]
+AFTER_SWAP = ["after_swap", "before_retire"]
+
+
+def pinned_names(counting):
+    return sh("ls", "-A", counting["maps"]["stats"].rpartition("/")[0]).stdout.split()
+
+
+@pytest.mark.parametrize("point", BEFORE_SWAP + AFTER_SWAP)
+@pytest.mark.parametrize("fault", ["kill", "raise"])
+def test_a_migrating_upgrade_stopped_at_each_step_converges_with_every_counter(run, pair, objects, counting, point,
+                                                                               fault):
+    """Killed (SIGKILL: no undo) or failing at each step. Before the swap, a failure leaves the old program on the
+    hook with its map untouched; a kill leaves the map set aside, and the next run puts it back before it migrates
+    again. After the swap, the new program counts into the new map, and the next run drops the old one. Either
+    way the re-run converges with every frame counted once, and the one after changes nothing."""
+    from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge  # pylint: disable=import-outside-toplevel
+
+    args = dict(interface="eth0", netns=pair.rx, object=objects["swapped"], program="xdp_count_rec")
+    before = host(pair, counting)
+    stopped = run("xdp_program", args, env={_converge.FAULT_POINT_ENV: point if fault == "kill" else "raise:" + point})
+    if fault == "kill":
+        assert stopped.get("killed"), stopped
+    else:
+        assert stopped.get("failed") and "fault injected at %s" % point in stopped["msg"], stopped
+        assert "Traceback" not in json.dumps(stopped)
+    if point in BEFORE_SWAP:
+        assert pair.xdp_prog_id() == counting["id"], "the old program stays on the hook"
+        if fault == "raise":
+            assert host(pair, counting) == before and pinned_names(counting) == ["stats"], "its map untouched"
+    else:
+        assert pair.xdp_prog_id() != counting["id"]
+    send(run, pair, 50)  # counted by whichever program is on the hook, into its own map
+    converged = run("xdp_program", args)
+    assert not converged.get("failed") and converged["maps"] == counting["maps"], converged
+    recovered = [w for w in converged.get("warnings", []) if w.startswith("map stats: an upgrade stopped")]
+    if point in AFTER_SWAP:
+        assert [w.split(" (")[0] for w in recovered] == [
+            "map stats: an upgrade stopped after its swap left the old map set aside"], converged
+    elif fault == "kill":
+        assert [w.split(" (")[0] for w in recovered] == [
+            "map stats: an upgrade stopped before its swap had set the map aside"], converged
+    else:
+        assert recovered == [], "the failed run put its map back itself"
+    again = run("xdp_program", args)
+    assert again["changed"] is False and not again.get("failed"), again
+    assert pinned_names(counting) == ["stats"], "nothing set aside or half made is left"
+    assert pair.xdp_prog_id() == again["id"] != counting["id"]
+    assert stats(run, pair) == [{"key": 0, "value": {"bytes": 150 * SIZE, "packets": 150}}]
+    send(run, pair, 50)
+    assert stats(run, pair) == [{"key": 0, "value": {"bytes": 200 * SIZE, "packets": 200}}]

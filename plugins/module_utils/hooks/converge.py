@@ -505,6 +505,8 @@ class Converger:
         _loader.verify_checksum(path, digest, self.desired.checksum)
         resolved = _loader.resolve_constants(self.desired.constants)
         identity = dict(self.desired.identity(digest, resolved), **self.hook.identity())
+        if not self.check_mode:
+            self._recover_maps(observed)
         action = plan_present(observed, self.desired.force, self._matches(observed, identity))
         if action == NOTHING:
             return False, before
@@ -546,6 +548,19 @@ class Converger:
         return self.load(d.path, d.program, self.hook.prog_type, identity["resolved_constants"], maps_dir=maps_dir,
                          load_as=self.hook.load_as, section=d.section, **verified)
 
+    def _recover_maps(self, observed: Observed) -> None:
+        """Maps a migrating upgrade killed midway left set aside: back under their names, or dropped, by the maps
+        of the program on the hook (see _migration.recover)."""
+        in_use: set[int] = set()
+        if observed.prog_id:
+            try:
+                with _bpf.Program.from_id(observed.prog_id) as prog:
+                    in_use = set(prog.info()["map_ids"])
+            except _bpf.BpfError:
+                pass  # gone meanwhile: nothing uses the maps set aside
+        for maps_dir in sorted({self.maps_dir(None), self.maps_dir(self.desired.shared_maps)}):
+            self.warnings.extend(_migration.recover(maps_dir, in_use))
+
     def _review_maps(self) -> _migration.Reset:
         """Compare the object's maps with those pinned where it will pin them: refuse (before anything changes)
         what map_migration does not allow, and return the pins a reset sets aside. bcc's tables are its own."""
@@ -586,9 +601,12 @@ class Converger:
         attached = False
         try:
             reset.set_aside()
+            fault_point("maps_set_aside")
+            # The load makes the new maps (libbpf creates and pins them before it loads the program).
             with self._load(identity, self.maps_dir(shared)) as loaded:
                 fault_point("after_load")
-                reset.copy()  # a migrated map's entries into the new map the load created
+                # A migrated map's entries into the new map the load created.
+                reset.copy(during=lambda: fault_point("during_copy"))
                 action = plan_swap(observed, self.hook.in_place(observed), self._same_program(observed, loaded),
                                    self.hook.movable(observed))
                 if action == RECORD_ONLY:
@@ -610,11 +628,13 @@ class Converger:
                 self.hook.prepare(loaded)
                 attachment = self._swap(action, observed, loaded.program)
                 attached = True
+                fault_point("after_swap")
                 try:
                     reset.add_gained()  # the old program no longer counts into the maps set aside
                 except (_migration.MigrationError, _bpf.BpfError) as exc:
                     self.warnings.append("what the old maps counted between the copy and the swap could not be "
                                          "added to the new ones: %s" % exc)
+                fault_point("before_retire")
                 reset.commit()  # the old program, and with it the maps set aside, is off the hook
                 fault_point("after_attach")
                 if attachment.program is not None:

@@ -26,6 +26,10 @@ and value field by field (name, offset, size, kind, signedness, through
   carried) before the swap; after the swap, what the old map's counters gained
   since the copy is added (`Copy.add_gained`).
 
+A run killed between setting a pin aside and its commit or undo leaves it
+set aside; the next run's `recover` puts it back or drops it, by whether the
+program on the hook still uses it.
+
 `compare` and `shape` are pure and tested without a kernel; `review` reads
 the object (before load) and the pins.
 """
@@ -35,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Callable
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
 from ansible_collections.ebpf.xdp.plugins.module_utils.maps import btf as _btf
@@ -279,10 +284,12 @@ class Reset:
             self.undo()
             raise
 
-    def copy(self) -> None:
+    def copy(self, during: Callable[[], None] | None = None) -> None:
+        """Each migrated map's entries into its new map; during() after a first entry is written (a fault point's
+        hook: a run stopped in the middle of a copy)."""
         for _pin, aside, review_ in self.moved:
             if review_.copy is not None:
-                review_.copy.write(aside)
+                review_.copy.write(aside, during)
 
     def add_gained(self) -> None:
         for _pin, aside, review_ in self.moved:
@@ -300,6 +307,36 @@ class Reset:
         for _pin, aside, _review in self.moved:
             os.unlink(aside)
         self.moved = []
+
+
+def recover(maps_dir: str, in_use: set[int]) -> list[str]:
+    """Put in order what a run stopped in the middle of a migration (killed: no undo, no commit) left in maps_dir:
+    each map pin set aside (SET_ASIDE) goes back to its name when the program on the hook still uses that map (in
+    in_use, its map ids: the swap did not happen; the new map made beside it, empty or half copied, is dropped) or
+    when nothing is pinned under its name; otherwise the program on the hook uses the new map, and the old one is
+    dropped as the commit would have (what it counted between the copy and the swap, if the run stopped before
+    adding it, is lost). Returns what was done, in words, for the warnings."""
+    words = []
+    suffix = SET_ASIDE % ""
+    names = sorted(os.listdir(maps_dir)) if os.path.isdir(maps_dir) else []
+    for entry in names:
+        if not entry.endswith(suffix) or entry == suffix:
+            continue
+        name = entry[:-len(suffix)]
+        aside, pin = os.path.join(maps_dir, entry), os.path.join(maps_dir, name)
+        with _bpf.open_pinned_map(aside) as old:
+            used = old.info["id"] in in_use
+        if used or not os.path.exists(pin):
+            if os.path.exists(pin):
+                os.unlink(pin)
+            os.rename(aside, pin)
+            words.append("map %s: an upgrade stopped before its swap had set the map aside (%s); it is back under "
+                         "its name%s" % (name, aside, ", the new map made beside it dropped" if used else ""))
+        else:
+            os.unlink(aside)
+            words.append("map %s: an upgrade stopped after its swap left the old map set aside (%s); the program on "
+                         "the hook uses the new one, so the old one was dropped" % (name, aside))
+    return words
 
 
 # ---------------------------------------------------------------- fields
@@ -523,14 +560,16 @@ class Copy:
         self.copied = len(out)
         return out
 
-    def write(self, set_aside: str) -> None:
+    def write(self, set_aside: str, during: Callable[[], None] | None = None) -> None:
         """Read the old map (now pinned at set_aside) again, convert and write every entry into the new map at
         the pin (the one the load created)."""
         self._copy_started = time.monotonic()
         self.entries = self._plan(set_aside)
         with _bpf.open_pinned_map(self.pin) as new:
-            for key, value in self.entries:
+            for written, (key, value) in enumerate(self.entries):
                 new.update(key, value)
+                if during is not None and not written:
+                    during()
 
     def add_gained(self, set_aside: str) -> None:
         """After the swap the old map is no longer written: add to the new map what its counters gained since

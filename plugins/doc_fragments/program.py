@@ -97,9 +97,9 @@ options:
         layout (the object store keeps it). The counters carried forward are carried back by field name, fields
         the upgrade added are dropped, and fields it removed come back zero (the old map was dropped once the
         upgrade's program was on the hook). Its O(map_migration) applies as to any upgrade.
-      - The counters gained between the copy and the swap are added by reading and writing each entry of the
-        new map while the new program runs; a frame the new program counts in the microseconds between that
-        read and write of the same entry can be lost.
+      - The counters gained between the copy and the swap are added to the new map after the swap with the
+        kernel's atomic adds, while the new program counts into the same values, so no frame is lost or counted
+        twice.
     type: str
     choices: [fields, reset, refuse]
     default: fields

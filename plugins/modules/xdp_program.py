@@ -268,6 +268,7 @@ maps:
   description: Pinned maps of the program, name to pin path.
   returned: when attached
   type: dict
+  sample: {proto_count: /sys/fs/bpf/ebpf_xdp/host/eth1/xdp/maps/proto_count}
 map_migration:
   description:
     - Each map of the program loaded (or, in check mode, that would be) that was already pinned, and what became
@@ -296,7 +297,6 @@ map_migration:
       type: float
   sample: [{map: stats, outcome: migrated, changes: ["value field drops added (int, 8 bytes at 16)"],
             entries_copied: 1}]
-  sample: {proto_count: /sys/fs/bpf/ebpf_xdp/host/eth1/xdp/maps/proto_count}
 pin_dir:
   description: Pin directory of this attachment.
   returned: always

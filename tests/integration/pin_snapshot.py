@@ -24,16 +24,20 @@ COLLECTION_DIRS = ("/var/cache/ebpf_xdp", "/var/lib/ebpf_xdp")
 TCX = {"tcx_ingress": _bpf.BPF_TCX_INGRESS, "tcx_egress": _bpf.BPF_TCX_EGRESS}
 
 
-def snapshot(where, pins_by_object=False):
+def snapshot(where, pins_by_object=False, whole_host=False):
     """The host as the cases must leave it, as JSON-comparable data. pins_by_object: each pin by the object it
-    holds, not by its inode (for a put-back, which may pin the same program or map again)."""
-    return {"programs": {ns: programs(ns) for ns in where["namespaces"]},
-            "qdiscs": {ns: qdiscs(ns) for ns in where["namespaces"]},
-            "modules": kernel_modules(),
-            "pins": tree(where["pin_root"], pinned="by object" if pins_by_object else True),
-            "locks": {ns: tree(os.path.join(LOCK_DIR, ns)) for ns in where["namespaces"]},
-            "objects": tree(where["objects"]), "cache": tree(where["cache"]),
-            "collection_dirs": {top: tree(top) for top in COLLECTION_DIRS}}
+    holds, not by its inode (for a put-back, which may pin the same program or map again). whole_host: the
+    collection's own directories of the host too (COLLECTION_DIRS), which any other module run on the machine
+    writes: only for a test marked quiet, which runs with nothing beside it."""
+    found = {"programs": {ns: programs(ns) for ns in where["namespaces"]},
+             "qdiscs": {ns: qdiscs(ns) for ns in where["namespaces"]},
+             "modules": kernel_modules(),
+             "pins": tree(where["pin_root"], pinned="by object" if pins_by_object else True),
+             "locks": {ns: tree(os.path.join(LOCK_DIR, ns)) for ns in where["namespaces"]},
+             "objects": tree(where["objects"]), "cache": tree(where["cache"])}
+    if whole_host:
+        found["collection_dirs"] = {top: tree(top) for top in COLLECTION_DIRS}
+    return found
 
 
 def programs(ns):

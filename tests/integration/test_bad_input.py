@@ -589,7 +589,7 @@ def run_matrix(host, check):
     without a controller per case); test_module_runner shows that Ansible reports the same.
     """
     names = names_of(host)
-    before = pin_snapshot.snapshot(host.where())
+    before = pin_snapshot.snapshot(host.where(), whole_host=True)
     outcomes = {}
     for name, module, args, message in CASES:
         args = fill(args, names)
@@ -599,7 +599,7 @@ def run_matrix(host, check):
         if argspec_case(message):
             outcomes[name] = (res, before, before)
             continue
-        after = pin_snapshot.snapshot(host.where())
+        after = pin_snapshot.snapshot(host.where(), whole_host=True)
         outcomes[name] = (res, before, after)
         before = after
     return outcomes

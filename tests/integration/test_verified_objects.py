@@ -43,13 +43,13 @@ def test_the_digest_bpf_object_returns_attaches_and_another_object_is_refused(ru
     # before anything is loaded; the program, its pins and locks stay as they were.
     where = {"namespaces": [pair.rx], "pin_root": pin_root, "objects": os.path.dirname(drop["path"]),
              "cache": os.path.dirname(drop["path"])}
-    before = pin_snapshot.snapshot(where)
+    before = pin_snapshot.snapshot(where, whole_host=True)
     for check in (True, False):
         res = run_distro("xdp_program", dict(args, object=tc["path"], program="tc_drop_count"), check=check)
         assert res.get("failed") and not res.get("changed"), res
         assert res["msg"] == ("object %s does not match its checksum: expected %s, found %s; nothing was loaded"
                               % (tc["path"], drop["checksum"], tc["checksum"])), res
-        assert pin_snapshot.snapshot(where) == before
+        assert pin_snapshot.snapshot(where, whole_host=True) == before
 
     # The digest in upper case is the same digest (get_url accepts either).
     again = run_distro("xdp_program", dict(args, checksum=drop["checksum"].upper().replace("SHA256:", "sha256:")))
@@ -134,7 +134,7 @@ def test_a_tampered_or_untrusted_store_is_refused_and_nothing_changes(run_distro
     kept = store / (drop["sha256"] + ".o")
     shutil.copy(other["path"], kept)  # someone's object under the previous revision's digest
     where = {"namespaces": [pair.rx], "pin_root": pin_root, "objects": str(store), "cache": str(tmp_path / "none")}
-    before = pin_snapshot.snapshot(where)
+    before = pin_snapshot.snapshot(where, whole_host=True)
     back = dict(args, revision="previous")
     for check in (True, False):
         res = run_distro("xdp_program", back, check=check)
@@ -142,12 +142,12 @@ def test_a_tampered_or_untrusted_store_is_refused_and_nothing_changes(run_distro
         assert res["msg"] == ("the previous revision of XDP cannot be loaded: %s holds an object whose sha256 is %s, "
                               "not the %s it is kept as (the object store was changed by something other than "
                               "ebpf.xdp); nothing was changed" % (kept, other["sha256"], drop["sha256"])), res
-        assert pin_snapshot.snapshot(where) == before
+        assert pin_snapshot.snapshot(where, whole_host=True) == before
     assert xdp_attached(pair.rx) == {"native": second["id"]}
 
     shutil.copy(drop["path"], kept)
     os.chmod(store, 0o777)  # the right bytes, in a store anyone can write: refused all the same
-    before = pin_snapshot.snapshot(where)
+    before = pin_snapshot.snapshot(where, whole_host=True)
     for check in (True, False):
         res = run_distro("xdp_program", back, check=check)
         assert res.get("failed") and not res["changed"], res
@@ -155,7 +155,7 @@ def test_a_tampered_or_untrusted_store_is_refused_and_nothing_changes(run_distro
                               "%s is writable by its group or by others (mode 0777); another user could replace what "
                               "is written there (make it uid 0's and writable by it alone, or use another directory); "
                               "nothing was changed" % (store, store)), res
-        assert pin_snapshot.snapshot(where) == before
+        assert pin_snapshot.snapshot(where, whole_host=True) == before
     os.chmod(store, 0o700)
     rolled = run_distro("xdp_program", back)
     assert rolled["changed"] and rolled["revision"]["number"] == 1 and rolled["tag"] == first["tag"], rolled

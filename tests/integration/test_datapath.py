@@ -194,7 +194,7 @@ def test_a_fault_after_each_change_leaves_the_host_as_it_was(switch, mcast_obj, 
     res = direct("datapath", {"config": start, "pin_root": pin_root})
     assert res["changed"] and not res.get("failed"), res
     where = {"namespaces": [ports.sw], "pin_root": pin_root, "objects": store, "cache": str(tmp_path / "none")}
-    before = pin_snapshot.snapshot(where, pins_by_object=True, whole_host=True)
+    before = pin_snapshot.snapshot(where, pins_by_object=True)
     qdiscs = sh("tc", "-n", ports.sw, "qdisc", "show").stdout
     config = {"xdp": [dict(program(ports, 0, mcast_obj), object_store=store, constants={"default_group": 1})] +
               [dict(program(ports, port, mcast_obj), object_store=store) for port in (1, 2)],
@@ -205,7 +205,7 @@ def test_a_fault_after_each_change_leaves_the_host_as_it_was(switch, mcast_obj, 
         res = direct("datapath", args, env={_datapath.FAULT_AFTER_ENV: str(n)})
         assert res.get("failed") and "fault injected after change %d" % n in res["msg"], (n, res)
         assert len(res["put_back"]) == n and all(s.endswith(": put back") for s in res["put_back"]), (n, res)
-        after = pin_snapshot.snapshot(where, pins_by_object=True, whole_host=True)
+        after = pin_snapshot.snapshot(where, pins_by_object=True)
         # The lock files of the interfaces the run touched stay in /run (empty, no state): all else is as it was.
         assert dict(after, locks=None) == dict(before, locks=None), (n, after, before)
         assert sh("tc", "-n", ports.sw, "qdisc", "show").stdout == qdiscs, n

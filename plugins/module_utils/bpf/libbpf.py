@@ -31,6 +31,7 @@ import struct
 import sys
 from typing import Iterator
 
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import session as _session
 from ansible_collections.ebpf.xdp.plugins.module_utils.host.netlink import XDP_ATTACHED_MODES
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
@@ -49,6 +50,7 @@ ATTACH_TYPES = {BPF_XDP: "xdp", BPF_TCX_INGRESS: "tcx_ingress", BPF_TCX_EGRESS: 
 # bpf() commands and flags used without libbpf (uapi/linux/bpf.h).
 BPF_PROG_QUERY = 16
 BPF_LINK_CREATE = 28
+BPF_COMMANDS = {BPF_PROG_QUERY: "prog_query", BPF_LINK_CREATE: "link_create"}  # the ones made without libbpf
 BPF_F_BEFORE = 1 << 3
 BPF_F_AFTER = 1 << 4
 BPF_F_ID = 1 << 5
@@ -385,6 +387,23 @@ def _print_hook(level, fmt, args):
 _print_cb = _PRINT_FN(_print_hook)
 
 
+# The entry points that go to the kernel, and how (see _session.count): each of the low-level API's is one bpf()
+# call (an object's load and a kernel BTF's read are several, counted as one); the XDP ones are netlink requests.
+ROUND_TRIPS = dict({name: "bpf" for name in _SIGNATURES if name.startswith("bpf_") and "__" not in name},
+                   bpf_object__load="bpf", btf__load_from_kernel_by_id="bpf",
+                   bpf_xdp_attach="netlink", bpf_xdp_detach="netlink", bpf_xdp_query="netlink")
+
+
+def _counted(kind: str, name: str, func):
+    """func, counted in the host session (a bpf() is ~1 us; the count a dict update)."""
+    what = name[len("bpf_"):] if name.startswith("bpf_") else name
+
+    def call(*args):
+        _session.count(kind, what)
+        return func(*args)
+    return call
+
+
 def lib() -> ctypes.CDLL:
     """Load libbpf once; raise ImportError when it is not installed."""
     global _lib, _libc
@@ -399,6 +418,8 @@ def lib() -> ctypes.CDLL:
                 raise ImportError("%s lacks %s; libbpf >= 1.0 is required" % (LIBBPF_SONAME, name))
             func.restype = restype
             func.argtypes = argtypes
+            if name in ROUND_TRIPS:
+                setattr(handle, name, _counted(ROUND_TRIPS[name], name, func))
         _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
         _libc.vsnprintf.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p]
         if PRINT_CALLBACKS:
@@ -1236,6 +1257,7 @@ def _sys_bpf(cmd: int, attr: ctypes.Structure, what: str) -> int:
     if _syscall_libc is None:
         _syscall_libc = ctypes.CDLL(None, use_errno=True)
         _syscall_libc.syscall.restype = ctypes.c_long
+    _session.count("bpf", BPF_COMMANDS.get(cmd, str(cmd)))
     ret = _syscall_libc.syscall(ctypes.c_long(number), ctypes.c_int(cmd), ctypes.byref(attr),
                                 ctypes.c_uint(ctypes.sizeof(attr)))
     if ret < 0:

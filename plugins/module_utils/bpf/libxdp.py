@@ -75,6 +75,11 @@ _SIGNATURES = {
     "xdp_multiprog__attach_mode": (_I, [_P]),
 }
 
+# The entry points that go to the kernel (each several bpf() and netlink calls of libxdp's own, which the host
+# session cannot see: counted as one call each, see _session.count).
+ROUND_TRIPS = ("xdp_program__create", "xdp_program__from_fd", "xdp_program__from_id", "xdp_program__attach",
+               "xdp_program__detach", "xdp_multiprog__get_from_ifindex")
+
 _lib = None
 _messages = []
 
@@ -121,6 +126,8 @@ def lib() -> ctypes.CDLL:
             func = getattr(handle, name)
             func.restype = restype
             func.argtypes = argtypes
+            if name in ROUND_TRIPS:
+                setattr(handle, name, _bpf._counted("libxdp", name, func))  # pylint: disable=protected-access
         if _bpf.PRINT_CALLBACKS:
             handle.libxdp_set_print(_print_cb)
         _lib = handle

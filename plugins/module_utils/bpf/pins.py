@@ -228,6 +228,7 @@ class Record:
     def read(self) -> dict | None:
         """The record, or None when there is none; PinError for one this collection did not write (see
         check_record)."""
+        _session.count("record", "read")
         raw = _bpf.pinned_value(self.path, b"\0\0\0\0", RECORD_SIZE)
         if raw is None:
             return None

@@ -19,8 +19,13 @@ namespace a thread is in is read once too, and again after host/netns
 moves it (moved()): a stat of /proc/thread-self/ns/net per dump was ~7%
 of the exporter's scrape.
 
-`counts` says how often the run went to the kernel (sockets opened, dumps
-read, tcx probes): the tests assert round trips with it.
+`counts` says how often the run went to the kernel: sockets opened, dumps
+read, tcx probes, and every call that costs a system call: `bpf` (each
+bpf() the libbpf binding makes, by command under `bpf:<call>`), `netlink`
+(each netlink request, by kind under `netlink:<what>`), `libxdp:<call>`
+(calls into libxdp, which makes its own bpf() calls), `record` (ownership
+records read from bpffs). The tests and tests/benchmarks/datapath.py
+assert and print round trips with it.
 """
 
 from __future__ import annotations
@@ -96,6 +101,10 @@ class Session:
         self.dumps = {key: value for key, value in self.dumps.items()
                       if key[0] != netns or kind not in (None, key[1])}
 
+    def count(self, kind: str, what: str) -> None:
+        self.counts[kind] += 1
+        self.counts[kind + ":" + what] += 1
+
     def probe(self, name: str, ask):
         """ask()'s answer, asked once per run: a property of the kernel, such as whether it has tcx."""
         if name not in self.probes:
@@ -154,6 +163,13 @@ def wrote(kind: str | None = None) -> None:
     session = active()
     if session:
         session.wrote(kind)
+
+
+def count(kind: str, what: str) -> None:
+    """One round trip to the kernel of a kind (bpf, netlink, libxdp, record), and what it was, counted in the
+    session (nothing outside one)."""
+    if _ACTIVE:
+        _ACTIVE[0].count(kind, what)
 
 
 def moved() -> None:

@@ -86,7 +86,7 @@ options:
         A change no copy carries (another map type, a key field removed without O(map_rename), a map without
         BTF whose sizes change) fails naming the map and the field, and changes nothing.
       - V(reset) starts each changed map empty; its old contents are dropped once the new program is on the
-        hook (and kept when the upgrade fails before).
+        hook, its pins and record written (and kept when the upgrade fails before).
       - V(refuse) fails on any difference, naming each map and each difference, and changes nothing (libbpf
         alone would reuse a map whose fields moved and read its bytes through the new layout, or fail with
         a bare C(Invalid argument) for a grown value or more entries).
@@ -100,6 +100,12 @@ options:
       - The counters gained between the copy and the swap are added to the new map after the swap with the
         kernel's atomic adds, while the new program counts into the same values, so no frame is lost or counted
         twice.
+      - A migrating upgrade that fails at any step, after the swap too, leaves the old program on the hook with
+        its maps untouched. Its last step, the point of no return, drops the old maps; until then a failure swaps
+        the old program back in the new one's place (atomically where the swap was, the same link, the netlink
+        program or the tc filter replaced in place), puts back its pins and record, and drops the new maps (what
+        the new program counted in its moments on the hook goes with them). A run killed at any step leaves
+        what the next run converges.
     type: str
     choices: [fields, reset, refuse]
     default: fields

@@ -3,7 +3,8 @@
 Kill points: the converger names the steps of a run (_converge.fault_point:
 after_load, after_attach, after_pin, before_record; a migrating upgrade's
 maps_set_aside, during_copy, after_swap and before_retire, tested in
-test_map_migration) and dies there with SIGKILL when EBPF_XDP_FAULT_POINT
+test_map_migration with all the others, where an error after the swap puts
+the old program back) and dies there with SIGKILL when EBPF_XDP_FAULT_POINT
 names one. Modules run as their own
 processes started directly (conftest's ModuleRunner: no ansible around
 them, ~5x faster); the concurrency tests run ansible-playbook itself.

@@ -499,25 +499,29 @@ def run(params: dict, check_mode: bool, run_command, find_clang) -> tuple[dict, 
     state, pin_root = params["state"], params["pin_root"]
     validated = validate(params["config"] or {}, pin_root)
     namespaces = scope(validated, params["namespaces"])
-    before = gather(pin_root, namespaces)
-    if state == "gathered":
-        return dict(changed=False, gathered=before, namespaces=namespaces, invocation=invocation(params)), []
-    sources = _compile.Sources(params["sources"]["dir"], params["sources"]["files"]) if params["sources"] else None
-    steps = plan(state, validated, before, pin_root)
-    job = Run(pin_root, check_mode, run_command, find_clang)
-    # Every entry reads the host through one session; the object store lets go of a revision's object only
-    # once the run is over (a put-back may need it again).
-    with _session.host(), _revisions.releases_deferred():
-        facts = read_facts_before(params, check_mode, lambda: job.rehearse(sources, steps, before))
-        try:
-            if sources:
-                job.ship(sources)
-            for section, index, step_params in steps:
-                job.step(section, index, copy.deepcopy(step_params), before)
-        finally:
-            job.forget()
-    after = before if not job.changes else (predict(before, job.changes) if check_mode else
-                                            gather(pin_root, namespaces))
+    # The whole task reads the host through one session (_session): each record and each hook once, read again
+    # only after this run wrote it, from the gather through every entry (their hold, converge and put-back) to
+    # the gather after. The object store lets go of a revision's object only once the run is over (a put-back
+    # may need it again).
+    with _session.host():
+        before = gather(pin_root, namespaces)
+        if state == "gathered":
+            return dict(changed=False, gathered=before, namespaces=namespaces, invocation=invocation(params)), []
+        sources = _compile.Sources(params["sources"]["dir"], params["sources"]["files"]) if params["sources"] \
+            else None
+        steps = plan(state, validated, before, pin_root)
+        job = Run(pin_root, check_mode, run_command, find_clang)
+        with _revisions.releases_deferred():
+            facts = read_facts_before(params, check_mode, lambda: job.rehearse(sources, steps, before))
+            try:
+                if sources:
+                    job.ship(sources)
+                for section, index, step_params in steps:
+                    job.step(section, index, copy.deepcopy(step_params), before)
+            finally:
+                job.forget()
+        after = before if not job.changes else (predict(before, job.changes) if check_mode else
+                                                gather(pin_root, namespaces))
     result = dict(changed=bool(job.changes), before=before, after=after, changes=job.changes,
                   item_results=job.results, namespaces=namespaces, invocation=invocation(params),
                   facts_before=facts)

@@ -1198,7 +1198,10 @@ class Link(Fd):
         """Attach prog to an interface hook (XDP: flags choose the mode) through a new link."""
         opts = _LinkCreateOpts(sz=ctypes.sizeof(_LinkCreateOpts), flags=flags)
         what = "attach %s link to ifindex %d" % (ATTACH_TYPES.get(attach_type, attach_type), ifindex)
-        return cls(_check(lib().bpf_link_create(prog.fd, ifindex, attach_type, ctypes.byref(opts)), what), what)
+        try:
+            return cls(_check(lib().bpf_link_create(prog.fd, ifindex, attach_type, ctypes.byref(opts)), what), what)
+        finally:
+            _session.wrote_hook(ifindex)
 
     @classmethod
     def create_tcx(cls, prog: Program, ifindex: int, attach_type: int, flags: int = 0,
@@ -1208,7 +1211,10 @@ class Link(Fd):
                                flags=flags | (BPF_F_ID if relative_id else 0), relative_fd_or_id=relative_id,
                                expected_revision=expected_revision)
         what = "attach %s link to ifindex %d" % (ATTACH_TYPES.get(attach_type, attach_type), ifindex)
-        return cls(_sys_bpf(BPF_LINK_CREATE, attr, what), what)
+        try:
+            return cls(_sys_bpf(BPF_LINK_CREATE, attr, what), what)
+        finally:
+            _session.wrote_hook(ifindex)
 
     def info(self) -> dict:
         """id, kind of link, program id, ifindex and attach type."""
@@ -1225,11 +1231,30 @@ class Link(Fd):
 
     def update(self, prog: Program) -> None:
         """Swap the program atomically: the hook is never without one."""
-        _check(lib().bpf_link_update(self.fd, prog.fd, None), "update link %s to program %s" % (self.label, prog.label))
+        ifindex = self._hook()
+        try:
+            _check(lib().bpf_link_update(self.fd, prog.fd, None),
+                   "update link %s to program %s" % (self.label, prog.label))
+        finally:
+            _session.wrote_hook(ifindex)
 
     def detach(self) -> None:
         """Detach now (unpinning alone releases the link later, after RCU and a workqueue)."""
-        _check(lib().bpf_link_detach(self.fd), "detach link %s" % self.label)
+        ifindex = self._hook()
+        try:
+            _check(lib().bpf_link_detach(self.fd), "detach link %s" % self.label)
+        finally:
+            _session.wrote_hook(ifindex)
+
+    def _hook(self) -> int | None:
+        """The interface whose hook the link holds, for the host session to forget that hook's state when the
+        link changes (None: any hook; outside a session, not asked)."""
+        if _session.active() is None:
+            return None
+        try:
+            return self.info()["ifindex"] or None
+        except BpfError:
+            return None
 
 
 def links() -> Iterator[dict]:
@@ -1300,8 +1325,11 @@ def xdp_attach_netlink(ifindex: int, prog: Program, flags: int, old_prog: Progra
     opts = _XdpAttachOpts(sz=ctypes.sizeof(_XdpAttachOpts), old_prog_fd=old_prog.fd if old_prog else 0)
     if old_prog is not None:
         flags |= XDP_FLAGS_REPLACE
-    _check(lib().bpf_xdp_attach(ifindex, prog.fd, flags, ctypes.byref(opts)),
-           "attach XDP program %s to ifindex %d over netlink" % (prog.label, ifindex))
+    try:
+        _check(lib().bpf_xdp_attach(ifindex, prog.fd, flags, ctypes.byref(opts)),
+               "attach XDP program %s to ifindex %d over netlink" % (prog.label, ifindex))
+    finally:
+        _session.wrote_hook(ifindex)
 
 
 def xdp_query(ifindex: int) -> dict:
@@ -1316,5 +1344,8 @@ def xdp_detach_netlink(ifindex: int, flags: int, old_prog: Program | None = None
     opts = _XdpAttachOpts(sz=ctypes.sizeof(_XdpAttachOpts), old_prog_fd=old_prog.fd if old_prog else 0)
     if old_prog is not None:
         flags |= XDP_FLAGS_REPLACE
-    _check(lib().bpf_xdp_detach(ifindex, flags, ctypes.byref(opts)),
-           "detach the XDP program of ifindex %d over netlink" % ifindex)
+    try:
+        _check(lib().bpf_xdp_detach(ifindex, flags, ctypes.byref(opts)),
+               "detach the XDP program of ifindex %d over netlink" % ifindex)
+    finally:
+        _session.wrote_hook(ifindex)

@@ -27,6 +27,7 @@ import errno as errno_mod
 import glob
 import os
 
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import session as _session
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
@@ -251,14 +252,20 @@ class Component:
     def attach(self, ifindex: int, mode: str) -> None:
         """Into the interface's dispatcher (built, or rebuilt with this program added, and swapped in atomically)."""
         take_messages()
-        _check(lib().xdp_program__attach(self._prog, ifindex, ATTACH_MODES[mode], 0),
-               "attach %s through libxdp's dispatcher on ifindex %d (%s)" % (self.what, ifindex, mode))
+        try:
+            _check(lib().xdp_program__attach(self._prog, ifindex, ATTACH_MODES[mode], 0),
+                   "attach %s through libxdp's dispatcher on ifindex %d (%s)" % (self.what, ifindex, mode))
+        finally:
+            _session.wrote_hook(ifindex)
 
     def detach(self, ifindex: int, mode: str) -> None:
         """Out of the interface's dispatcher (rebuilt without it; removed with the last program)."""
         take_messages()
-        _check(lib().xdp_program__detach(self._prog, ifindex, ATTACH_MODES[mode], 0),
-               "detach %s from libxdp's dispatcher on ifindex %d" % (self.what, ifindex))
+        try:
+            _check(lib().xdp_program__detach(self._prog, ifindex, ATTACH_MODES[mode], 0),
+                   "detach %s from libxdp's dispatcher on ifindex %d" % (self.what, ifindex))
+        finally:
+            _session.wrote_hook(ifindex)
 
 
 def _check(ret: int, what: str) -> int:

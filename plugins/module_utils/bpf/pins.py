@@ -227,9 +227,28 @@ class Record:
 
     def read(self) -> dict | None:
         """The record, or None when there is none; PinError for one this collection did not write (see
-        check_record)."""
+        check_record). Within a host session read from bpffs once (see _session): kept with its pin's inode, so
+        that a pin removed or replaced is read again."""
+        session = _session.active()
+        if session is None:
+            return self._decode(self._read_value())
+        try:
+            pin = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        stamp = (pin.st_ino, pin.st_ctime_ns)
+        kept = session.records.get(self.path)
+        if kept is None or kept[0] != stamp:
+            kept = session.records[self.path] = (stamp, self._read_value())
+            session.reads[("record", self.path)] += 1
+        return self._decode(kept[1])
+
+    def _read_value(self) -> bytes | None:
         _session.count("record", "read")
-        raw = _bpf.pinned_value(self.path, b"\0\0\0\0", RECORD_SIZE)
+        return _bpf.pinned_value(self.path, b"\0\0\0\0", RECORD_SIZE)
+
+    def _decode(self, raw: bytes | None) -> dict | None:
+        """A new dict on every call (callers may change theirs)."""
         if raw is None:
             return None
         try:
@@ -260,6 +279,10 @@ class Record:
             if not self.exists():
                 record_map.pin(self.path)
             record_map.update(b"\0\0\0\0", data)
+        session = _session.active()
+        if session is not None:  # what this run wrote, it knows without reading it back
+            pin = os.stat(self.path)
+            session.records[self.path] = ((pin.st_ino, pin.st_ctime_ns), data)
 
     def remove(self) -> None:
         if self.exists():
@@ -326,6 +349,8 @@ class PinDir:
         """Point the pin at path to obj (bpffs cannot rename over an existing pin)."""
         if os.path.exists(path):
             os.unlink(path)
+            if os.path.basename(path) == "link":
+                _session.wrote_hook(None)  # a link unpinned and not held elsewhere leaves its hook
         obj.pin(path)
 
     def detach_link(self) -> None:
@@ -386,8 +411,8 @@ def lock(netns_key: str, name: str) -> Iterator[None]:
     # through a link (O_NOFOLLOW, in a directory checked to be root's alone: host/files).
     with os.fdopen(_files.open_lock(path), "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
-        # What the session read before the lock, another run may have changed since: read it again.
-        _session.wrote()
+        # What the session read before the lock stands (see host/session: read once per task, forgotten
+        # per hook when written).
         try:
             yield
         finally:

@@ -14,9 +14,11 @@ diff or the facts.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
-from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import session as _session
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, libxdp as _libxdp, pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import revisions as _revisions
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
@@ -140,6 +142,18 @@ def find_link(ifindex: int, prog_id: int, attach_type: str) -> int | None:
 
 
 # ---------------------------------------------------------------- XDP
+
+
+def xdp_state(ifindex: int) -> dict:
+    """What IFLA_XDP says of one interface (_bpf.xdp_query), read once per host session until its hook is
+    written."""
+    return _session.hook("xdp", ifindex, lambda: _bpf.xdp_query(ifindex))
+
+
+def dispatcher_chain(ifindex: int) -> dict | None:
+    """libxdp's dispatcher on one interface (_libxdp.dispatcher_chain), read once per host session until its hook
+    is written; a copy of its own for each caller."""
+    return copy.deepcopy(_session.hook("chain", ifindex, lambda: _libxdp.dispatcher_chain(ifindex)))
 
 
 def xdp_live(xdp: dict) -> tuple[int, str | None]:

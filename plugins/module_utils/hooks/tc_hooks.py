@@ -66,7 +66,7 @@ def tc_programs(ifindex: int, direction: str) -> list[dict]:
     """
     found = []
     if tcx_supported(ifindex):
-        hook = _bpf.tcx_query(ifindex, TC_DIRECTIONS[direction])
+        hook = _session.hook("tcx", ifindex, lambda: _bpf.tcx_query(ifindex, TC_DIRECTIONS[direction]), direction)
         found += [{"method": "tcx", "prog_id": prog_id, "link_id": link_id or None}
                   for prog_id, link_id in zip(hook["prog_ids"], hook["link_ids"])]
     for tc_filter in _tc_netlink.filters(ifindex, direction):

@@ -646,3 +646,82 @@ def test_a_migrating_tc_upgrade_stopped_at_each_step_converges_with_every_counte
     # swapped: bytes first now; 150 frames, each counted once.
     assert read_u64s(pin)[bytes(4)] == (150 * SIZE, 150)
 
+
+REPLAYED = 3
+
+
+@pytest.fixture
+def replay_sample(pair, tmp_path):
+    """A pcap of UDP frames to the receiver, as the counting program counts them."""
+    from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames, pcap as _pcap  # pylint: disable=import-outside-toplevel
+
+    path = str(tmp_path / "udp.pcap")
+    frame = _frames.build_frame("udp", pair.tx_mac, pair.rx_mac, pair.tx_ip, pair.rx_ip, size=SIZE)
+    _pcap.write(path, [frame] * REPLAYED)
+    return path
+
+
+@pytest.fixture
+def counting_in_store(run, pair, objects, tmp_path):
+    """v1 on the receiver after 100 frames, its object kept in a store of the test's own (replay loads the
+    attached program from there)."""
+    store = str(tmp_path / "objects")
+    attached = run("xdp_program", dict(interface="eth0", netns=pair.rx, object=objects["v1"], program="xdp_count_rec",
+                                       object_store=store))
+    assert attached["changed"] and not attached.get("failed"), attached
+    send(run, pair, 100)
+    return dict(attached, object_store=store)
+
+
+@pytest.mark.parametrize("version", ["swapped", "added", "grown"])
+def test_replay_runs_a_candidate_whose_map_changed_over_a_migrated_copy(run, pair, objects, counting_in_store,
+                                                                        replay_sample, version):
+    """The candidate's stats is migrated from the private copy by field name, as its upgrade would migrate the
+    live one: both programs count the replayed frames alike, so, compared in the candidate's layout, no map
+    effect (read through the new layout, the swapped fields would differ in every counter); nothing changes on
+    the host. A program task's replay says the same before its upgrade."""
+    attached = counting_in_store
+    before = host(pair, attached)
+    args = dict(interface="eth0", netns=pair.rx, object=objects[version], program="xdp_count_rec",
+                object_store=attached["object_store"], pcap=replay_sample)
+    expected = [{"map": "stats", "outcome": "migrated", "entries_copied": 1,
+                 "changes": [change if change.startswith(("value", "max")) else "value" + change
+                             for change in CHANGES[version].split(", value")]}]
+    for check in (False, True):
+        replayed = run("replay", args, check=check)
+        assert not replayed.get("failed") and replayed["changed"] is False, replayed
+        assert replayed["map_migration"] == expected, replayed
+        assert replayed["verdicts"] == {"old": {"XDP_PASS": REPLAYED}, "new": {"XDP_PASS": REPLAYED}}, replayed
+        assert replayed["map_effects"] == {}, replayed
+        assert host(pair, attached) == before
+    task = dict(interface="eth0", netns=pair.rx, object=objects[version], program="xdp_count_rec",
+                object_store=attached["object_store"], replay=replay_sample)
+    predicted = run("xdp_program", task, check=True)
+    assert predicted["changed"] and predicted["replay"]["map_migration"] == expected, predicted
+    assert predicted["replay"]["map_effects"] == {}, predicted
+    assert host(pair, attached) == before
+    assert stats(run, pair) == [{"key": 0, "value": {"packets": 100, "bytes": 100 * SIZE}}]
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"map_migration": "refuse"}, "%(object)s declares its maps unlike the maps pinned in %(maps)s, and the program "
+                                  "would read their bytes through the new layout: map stats (%(maps)s/stats): value "
+                                  "field drops added (int, 8 bytes at 16). Nothing was changed; map_migration: "
+                                  "fields carries the entries over by field name, reset starts the map empty "
+                                  "(map_migration: refuse)"),
+    ({"map_rename": {"stat": {"packets": "pkts"}}}, "map_rename names map stat, which %(object)s does not have; its "
+                                                    "maps are stats"),
+    ({"map_migration": "sideways"}, "value of map_migration must be one of: fields, reset, refuse, got: sideways"),
+])
+def test_replay_refuses_what_the_upgrade_would_and_changes_nothing(run, pair, objects, counting_in_store,
+                                                                   replay_sample, extra, message):
+    attached = counting_in_store
+    before = host(pair, attached)
+    replayed = run("replay", dict(interface="eth0", netns=pair.rx, object=objects["added"], program="xdp_count_rec",
+                                  object_store=attached["object_store"], pcap=replay_sample, **extra))
+    assert replayed.get("failed") and replayed["msg"] == message % dict(
+        object=objects["added"], maps=attached["maps"]["stats"].rpartition("/")[0]), replayed
+    assert "Traceback" not in json.dumps(replayed)
+    assert host(pair, attached) == before
+    assert sh("ls", "-A", attached["pin_dir"].rpartition("/")[0].rpartition("/")[0]).stdout.split() == ["eth0"], \
+        "the replay's private pins are gone"

@@ -191,6 +191,14 @@ class Review:
     # With FIELDS: how its entries are carried into the new map.
     copy: Copy | None = None
 
+    def elsewhere(self, maps_dir: str) -> Review:
+        """The same review for a copy of the map pinned under its name in maps_dir (replay's private copies, made
+        without the BTF that the review read from the live map)."""
+        path = os.path.join(maps_dir, self.name)
+        if self.copy is not None:
+            self.copy.pin = path
+        return dataclasses.replace(self, path=path)
+
     def report(self) -> dict:
         out = {"map": self.name, "outcome": self.outcome, "changes": list(self.changes)}
         if self.copy is not None:

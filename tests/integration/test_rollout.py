@@ -187,6 +187,60 @@ def test_fault_on_the_canary_rolls_back_the_canary_only(at_release_1):
     assert counted.get("1", 0) > 0, "the drops of the faulty release were counted"
 
 
+def migrations(found):
+    """Every map_migration report in a playbook's output (a datapath converge's changes, a loop's results), in
+    the order the output has them."""
+    out = []
+    if isinstance(found, dict):
+        if isinstance(found.get("map_migration"), list):  # not the option's value in a task's invocation
+            out.extend(found["map_migration"])
+        for value in found.values():
+            out.extend(migrations(value))
+    elif isinstance(found, list):
+        for value in found:
+            out.extend(migrations(value))
+    return out
+
+
+def map_show(map_id):
+    return json.loads(subprocess.run(["bpftool", "-j", "map", "show", "id", str(map_id)], capture_output=True,
+                                     text=True, check=True).stdout)
+
+
+def test_a_failed_gate_migrates_a_grown_map_back_into_the_old_layout(at_release_1):
+    """Release 2 grows verdict_count (VERDICT_SLOTS 8: max_entries 5 -> 8) and drops every frame on the canary:
+    the upgrade migrates the counts into the grown map, the gate fails, and the automatic rollback migrates them
+    back into release 1's layout (5 entries), every frame that reached eth0 meanwhile counted once, by release 1,
+    the faulty release 2 or release 1 again."""
+    inventory, hosts = at_release_1
+    grown = {"xdp_deploy_objects": [{"name": "xdp_verdict_count", "src": "xdp_verdict_count.bpf.c",
+                                     "defines": {"VERDICT_SLOTS": 8}}]}
+    with traffic_paused(inventory):
+        before, rx_before = xdp_of(inventory, hosts[:1])[hosts[0]], rx_packets(hosts[0])
+    rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": 2, "fleet_fault_hosts": hosts[:1]},
+                               grown)
+    result = summary(out)
+    assert rc != 0 and result["stopped_at_batch"] == 1 and result["rolled_back"] == hosts[:1], result
+    assert "share of dropped frames" in " ".join(result["problems"][hosts[0]])
+    assert releases(inventory, hosts) == dict.fromkeys(hosts, 1)
+    # Forward into the grown map, then back into release 1's, each by a copy and the counts gained after it.
+    # (A result can say it twice: datapath's changes and its diff.)
+    moved = list(dict.fromkeys((m["map"], m["outcome"], tuple(m["changes"])) for m in migrations(out)
+                               if m["outcome"] != "kept"))
+    assert moved == [("verdict_count", "migrated", ("max_entries 5 -> 8",)),
+                     ("verdict_count", "migrated", ("max_entries 8 -> 5",))], migrations(out)
+    with traffic_paused(inventory):
+        after, rx_after = xdp_of(inventory, hosts[:1])[hosts[0]], rx_packets(hosts[0])
+    assert after["constants"]["xdp_action"] == 2 and after["id"] != before["id"]
+    counts = {m["name"]: m["id"] for m in after["maps"]}
+    assert map_show(counts["verdict_count"])["max_entries"] == 5, "release 1's layout again"
+    assert counts["verdict_count"] not in [m["id"] for m in before["maps"]], "a new map, migrated twice"
+    counted = {key: after["counters"]["verdict_count"].get(key, 0) - before["counters"]["verdict_count"].get(key, 0)
+               for key in after["counters"]["verdict_count"]}
+    assert sum(counted.values()) == rx_after - rx_before > 0, (counted, rx_before, rx_after)
+    assert counted.get("1", 0) > 0, "the drops of the faulty release were counted, and carried back"
+
+
 def test_fault_on_a_later_batch_rolls_back_that_batch(at_release_1):
     inventory, hosts = at_release_1
     rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": 2, "fleet_fault_hosts": hosts[1:2]})

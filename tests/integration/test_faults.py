@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from conftest import SYSTEM_PYTHON, VENV_PYTHON, ModuleRunner, ansible_env, sh
+from conftest import SYSTEM_PYTHON, VENV_PYTHON, ModuleRunner, ansible_cli, ansible_env, sh
 from kernel_features import needs, xdp_loader, xdp_tools_object
 from test_tc_program import TC_SHOT, filters
 from test_tc_redirect_programs import eventually
@@ -345,9 +345,9 @@ def playbook(directory, tasks, python=SYSTEM_PYTHON):
     with open(path, "w") as handle:
         json.dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}], handle)
     # Popen, not conftest's ansible_playbook: two run at once.
-    return subprocess.Popen([os.path.join(os.path.dirname(VENV_PYTHON), "ansible-playbook"), "-i",
-                             os.path.join(directory, "hosts.ini"), "-e", "ansible_python_interpreter=%s" % python,
-                             path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ansible_env(), cwd=directory)
+    return subprocess.Popen(ansible_cli("ansible-playbook") + [
+                                "-i", os.path.join(directory, "hosts.ini"), "-e",
+                                "ansible_python_interpreter=%s" % python, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ansible_env(), cwd=directory)
 
 
 def task_results(proc):

@@ -21,10 +21,9 @@ import uuid
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, ansible_cli
 from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames, pcap as _pcap
 
-BIN = os.path.join(ROOT, ".venv", "bin")
 FLEET = os.path.join(ROOT, "scripts", "fleet_lab.py")
 ENV = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
            ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
@@ -34,7 +33,7 @@ RECEIVERS = 4
 
 def ansible_playbook(inventory, name, *extra, check=False, limit=None):
     path = name if os.path.isabs(name) else os.path.join(ROOT, "playbooks", name)
-    argv = [os.path.join(BIN, "ansible-playbook"), "-i", inventory, path] + (["--limit", limit] if limit else [])
+    argv = ansible_cli("ansible-playbook") + ["-i", inventory, path] + (["--limit", limit] if limit else [])
     for value in extra:
         argv += ["-e", json.dumps(value)]
     if check:
@@ -63,8 +62,8 @@ def changed(out):
 
 def xdp_of(inventory, hosts):
     """Each host's eth0 XDP facts."""
-    argv = [os.path.join(BIN, "ansible"), "-i", inventory, ",".join(hosts), "-m", "ebpf.xdp.xdp_facts",
-            "-a", json.dumps({"interfaces": ["eth0"]})]
+    argv = ansible_cli("ansible") + ["-i", inventory, ",".join(hosts), "-m", "ebpf.xdp.xdp_facts",
+                                     "-a", json.dumps({"interfaces": ["eth0"]})]
     proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=ROOT, check=True)
     found = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]
     return {host: found[host]["ansible_facts"]["xdp"]["interfaces"]["eth0"]["xdp"] for host in hosts}
@@ -95,7 +94,7 @@ def fleet():
 
 def xdp_program_on_all(inventory, args):
     """One ad-hoc ebpf.xdp.xdp_program task on every host of the inventory; {host: result}."""
-    argv = [os.path.join(BIN, "ansible"), "-i", inventory, "all", "-m", "ebpf.xdp.xdp_program", "-a", json.dumps(args)]
+    argv = ansible_cli("ansible") + ["-i", inventory, "all", "-m", "ebpf.xdp.xdp_program", "-a", json.dumps(args)]
     proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=ROOT, check=False)
     found = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]
     assert not any(res.get("failed") for res in found.values()), found

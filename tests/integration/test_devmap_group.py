@@ -87,10 +87,9 @@ def play(tasks, python=SYSTEM_PYTHON):
                ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"),
                ANSIBLE_INVENTORY_UNPARSED_WARNING="false", ANSIBLE_LOCALHOST_WARNING="false")
     try:
-        proc = subprocess.run(ansible_cli("ansible-playbook") + [
-                                  "-i", "localhost,", "-c", "local", "-e", "ansible_python_interpreter=%s" % python,
-                                  handle.name],
-                              capture_output=True, text=True, env=env, cwd="/tmp", check=False)
+        argv = ansible_cli("ansible-playbook") + ["-i", "localhost,", "-c", "local",
+                                                  "-e", "ansible_python_interpreter=%s" % python, handle.name]
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd="/tmp", check=False)
     finally:
         os.unlink(handle.name)
     out = json.loads(proc.stdout)

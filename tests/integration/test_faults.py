@@ -345,9 +345,10 @@ def playbook(directory, tasks, python=SYSTEM_PYTHON):
     with open(path, "w") as handle:
         json.dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}], handle)
     # Popen, not conftest's ansible_playbook: two run at once.
-    return subprocess.Popen(ansible_cli("ansible-playbook") + [
-                                "-i", os.path.join(directory, "hosts.ini"), "-e",
-                                "ansible_python_interpreter=%s" % python, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ansible_env(), cwd=directory)
+    argv = ansible_cli("ansible-playbook") + ["-i", os.path.join(directory, "hosts.ini"),
+                                              "-e", "ansible_python_interpreter=%s" % python, path]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ansible_env(),
+                            cwd=directory)
 
 
 def task_results(proc):

@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -391,6 +392,18 @@ class ModuleRunner(object):
         except ValueError:
             raise AssertionError("ansible printed no JSON:\n%s\n%s" % (proc.stdout, proc.stderr))
         return out["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+@pytest.fixture(scope="session")
+def module_start_seconds():
+    """How long a module run takes here before it does anything (Python, ansible-core and the collection
+    imported, bad input refused): well under a second on this machine, tens of seconds in the lab's VM under
+    software emulation on a loaded host. A test's deadline for a module to get going adds three times this, so
+    that it bounds what the module does rather than how fast the machine starts Python."""
+    started = time.monotonic()
+    res = ModuleRunner(SYSTEM_PYTHON, None)("xdp_facts", {"netns": "ebpf-xdp-no-such-ns"}, pin=False)
+    assert res.get("failed"), res
+    return time.monotonic() - started
 
 
 @pytest.fixture(params=PYTHONS)

@@ -20,7 +20,6 @@ import re
 
 import pytest
 
-from conftest import BPF_DIR
 from test_devmap_group import mcast_obj  # noqa: F401  # pylint: disable=unused-import
 from test_multicast_programs import Ports
 

@@ -52,7 +52,7 @@ import shutil
 from typing import Iterator
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import files as _files, names as _names, session as _session
-from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, record as _record
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 BPFFS_MOUNT = "/sys/fs/bpf"
@@ -60,7 +60,7 @@ DEFAULT_PIN_ROOT = BPFFS_MOUNT + "/ebpf_xdp"
 BPF_FS_MAGIC = 0xCAFE4A11
 LOCK_DIR = "/run/ebpf_xdp/locks"
 RECORD_SIZE = 4096
-RECORD_VERSION = 1
+RECORD_VERSION = _record.VERSION
 MANAGED_BY = "ebpf.xdp"
 
 
@@ -188,8 +188,9 @@ DIGEST_PLACES = ((), ("previous",), ("egress",))
 
 
 def check_record(record, path: str) -> dict:
-    """record, when this collection wrote it (managed_by), in a version it reads, with digests that are digests
-    (a record's digest becomes a file name in the object store); else PinError saying which and what to do."""
+    """record, when this collection wrote it (managed_by), in a version it reads, its fields of the types this
+    collection writes (bpf/record) and digests that are digests (a record's digest becomes a file name in the
+    object store); else PinError saying which and what to do."""
     if not isinstance(record, dict) or record.get("managed_by") != MANAGED_BY:
         raise PinError("ownership record %s was not written by %s (managed_by %r): the program there is not this "
                        "collection's; remove the record by hand if it should be"
@@ -209,6 +210,10 @@ def check_record(record, path: str) -> dict:
                            "written by this collection, remove it by hand"
                            % (path, ".".join(place + ("object_sha256",)),
                               holder.get("object_sha256") if isinstance(holder, dict) else holder))
+    wrong = _record.wrong_types(record)
+    if wrong:
+        raise PinError("ownership record %s: %s is not of a type this collection writes there; it was not written "
+                       "by this collection, remove it by hand" % (path, ", ".join(wrong)))
     return record
 
 
@@ -225,7 +230,7 @@ class Record:
     def exists(self) -> bool:
         return os.path.exists(self.path)
 
-    def read(self) -> dict | None:
+    def read(self) -> _record.OwnershipRecord | None:
         """The record, or None when there is none; PinError for one this collection did not write (see
         check_record). Within a host session read from bpffs once (see _session): kept with its pin's inode, so
         that a pin removed or replaced is read again."""
@@ -247,7 +252,7 @@ class Record:
         _session.count("record", "read")
         return _bpf.pinned_value(self.path, b"\0\0\0\0", RECORD_SIZE)
 
-    def _decode(self, raw: bytes | None) -> dict | None:
+    def _decode(self, raw: bytes | None) -> _record.OwnershipRecord | None:
         """A new dict on every call (callers may change theirs)."""
         if raw is None:
             return None
@@ -257,7 +262,7 @@ class Record:
             record = json.loads(raw.split(b"\0", 1)[0].decode("utf-8"))
         except ValueError:
             raise PinError("ownership record %s is not readable JSON" % self.path)
-        return check_record(record, self.path)
+        return _record.OwnershipRecord(check_record(record, self.path))
 
     @staticmethod
     def encode(record: dict) -> bytes:

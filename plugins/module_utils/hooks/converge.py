@@ -53,7 +53,7 @@ from typing import Callable
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns, session as _session
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import (
-    bcc as _bcc, libbpf as _bpf, loader as _loader, pins as _pins)
+    bcc as _bcc, libbpf as _bpf, loader as _loader, pins as _pins, record as _record)
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import observed as _observed, revisions as _revisions
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf.compile import sha256_file
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
@@ -98,8 +98,8 @@ def fault_point(name: str) -> None:
 
 
 # The largest placement a record can get, to check its size before the swap.
-WIDEST_PLACEMENT = {"attach": "x" * 16, "mode": "x" * 16, "link_id": 2 ** 32, "direction": "x" * 16,
-                    "priority": 2 ** 16, "handle": 2 ** 32, "verdict": "x" * 16}
+WIDEST_PLACEMENT = dict(_record.stored(holder="x" * 16, placement="x" * 16, link_id=2 ** 32), direction="x" * 16,
+                        priority=2 ** 16, handle=2 ** 32, verdict="x" * 16)
 
 
 @dataclasses.dataclass
@@ -413,8 +413,8 @@ class Converger:
         record = self.pins.record.read() or {}
         self.warnings.append("%s %s program id %d is ours but its record was not written (an interrupted run); "
                              "taken back" % (self.hook.ifname, self.hook.label, observed.prog_id))
-        record = dict(record, prog_id=observed.prog_id, attach=observed.holder, mode=observed.placement, tag=None,
-                      **observed.extra)
+        record = dict(record, **_record.stored(prog_id=observed.prog_id, holder=observed.holder,
+                                               placement=observed.placement), tag=None, **observed.extra)
         return dataclasses.replace(observed, record=record)
 
     @staticmethod

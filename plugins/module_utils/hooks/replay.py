@@ -452,7 +452,7 @@ def run(params: dict) -> dict:
         if not record:
             raise NothingAttached("ebpf.xdp has no program on %s: replay compares a candidate with the program "
                                   "the collection attached there" % where)
-        load_as = "sched_act" if kind == "tc" and record.get("mode") == "act_bpf" else None
+        load_as = "sched_act" if kind == "tc" and record.placement == "act_bpf" else None
         constants = _loader.resolve_constants(params["constants"])
         live_maps = live_maps_dir(pins, record, key)
         kept, kept_data = attached_object(record, params["object_store"])

@@ -38,7 +38,8 @@ import errno
 import os
 import platform
 
-from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, loader as _loader, pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import (
+    libbpf as _bpf, loader as _loader, pins as _pins, record as _record)
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf.compile import sha256_file
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import tc_hooks as _tc_hooks, tc_netlink as _tc_netlink
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.converge import HookAdapter, register
@@ -75,14 +76,14 @@ def find_anchor(anchor: int | str, tcx_ids: list[int], own_id: int, siblings: di
     if isinstance(anchor, int):
         return by_id(anchor)
     if anchor in siblings:
-        record = siblings[anchor]
-        if record.get("mode") != "tcx" or record.get("prog_id") not in tcx_ids:
+        record = _record.of(siblings[anchor])
+        if record.placement != "tcx" or record.prog_id not in tcx_ids:
             raise HookError("%s: %s names attachment %s of ebpf.xdp, which is not a tcx program there (%s): only tcx "
                             "programs are ordered relative to each other, filters run after them; nothing was changed"
-                            % (where, option, anchor, "method %s" % record.get("mode") if record.get("mode") != "tcx"
+                            % (where, option, anchor, "method %s" % record.placement if record.placement != "tcx"
                                else "not attached"))
-        return record["prog_id"]
-    ours = {record.get("prog_id") for record in siblings.values()} | {own_id}
+        return record.prog_id
+    ours = {_record.of(record).prog_id for record in siblings.values()} | {own_id}
     named = [prog_id for prog_id in tcx_ids if prog_id not in ours
              and program_name(prog_id) == anchor[:PROGRAM_NAME_LENGTH]]
     if len(named) == 1:
@@ -236,14 +237,14 @@ class TcHook(HookAdapter):
         if self.method != "tcx":
             priority, handle = self._spot(record)
             # Another attachment of ours in that place is never this one's to take (refuse() says so).
-            theirs = {r.get("prog_id") for r in self.siblings().values()}
+            theirs = {_record.of(r).prog_id for r in self.siblings().values()}
             there = [p for p in programs if p["method"] in FILTER_KINDS and p["priority"] == priority
                      and self._same_handle(p["handle"], handle) and p["prog_id"] not in theirs]
             if there:
                 return _tc_hooks.observe_tc(there[0], self.direction, None)
         return Observed(placement_key="method")
 
-    def siblings(self) -> dict[str | None, dict]:
+    def siblings(self) -> dict[str | None, _record.OwnershipRecord]:
         """The records of the collection's other attachments on this hook, by name (None: the unnamed one)."""
         if self.pins is None:
             return {}
@@ -274,9 +275,10 @@ class TcHook(HookAdapter):
                             % (which, record["program_name"], record.get("object")))
 
     def _resolve_method(self, record: dict | None) -> None:
+        record = _record.of(record)
         if self.requested == "auto":
-            if record and record.get("mode"):
-                self.method = record["mode"]
+            if record and record.placement:
+                self.method = record.placement
             else:
                 self.method = "tcx" if _tc_hooks.tcx_supported(self.ifindex) else "cls_bpf"
         elif self.requested == "tcx" and self.present and not _tc_hooks.tcx_supported(self.ifindex):
@@ -284,7 +286,7 @@ class TcHook(HookAdapter):
                             "Use method: cls_bpf, or auto" % platform.release())
         if self.present and self.order and self.method != "tcx":
             option = self.order[0]
-            if record and record.get("mode") == self.method:
+            if record and record.placement == self.method:
                 raise HookError("%s places a program on the tcx hook, and this attachment is a %s filter (method auto "
                                 "keeps the method of an attached program): remove it first (state: absent), or "
                                 "place it by priority; nothing was changed" % (option, self.method))
@@ -298,7 +300,7 @@ class TcHook(HookAdapter):
         Without a record at all (killed before the first one was written), the
         link is found here and the converger adopts it (Converger.adopt).
         """
-        if not self.pins.has_link() or (record and record.get("mode") != "tcx"):
+        if not self.pins.has_link() or (record and _record.of(record).placement != "tcx"):
             return []
         with self.pins.open_link() as link:
             info = link.info()
@@ -326,7 +328,8 @@ class TcHook(HookAdapter):
         """Where our filter goes: as the task says, else where it was, else the first free priority."""
         if self.priority and self.handle:
             return self.priority, self.handle
-        if record and record.get("priority") and record.get("mode") == self.method:
+        record = _record.of(record)
+        if record and record.get("priority") and record.placement == self.method:
             return self.priority or record["priority"], self.handle or record["handle"]
         taken = {f["prio"] for f in _tc_netlink.filters(self.ifindex, self.direction)}
         return self.priority or min(set(range(1, len(taken) + 2)) - taken), self.handle or 1
@@ -361,7 +364,8 @@ class TcHook(HookAdapter):
             return
         priority = self._spot(None if observed.owned else self.pins.record.read())[0]
         for name, record in self.siblings().items():
-            if record.get("mode") in FILTER_KINDS and record.get("priority") == priority:
+            record = _record.of(record)
+            if record.placement in FILTER_KINDS and record.get("priority") == priority:
                 raise HookError("%s %s: priority %d is taken by %s of ebpf.xdp on this hook; each attachment needs "
                                 "a priority of its own (lower runs first): choose another (nothing was changed)"
                                 % (self.ifname, self.direction, priority,

@@ -47,6 +47,7 @@ from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils.maps import devmap as _devmap, map_entry as _map_entry
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 # Importing the adapters also registers them with the converger (_converge.ADAPTERS).
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import tc as _tc
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.tc import TcHook
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.xdp import XdpHook
 
@@ -421,7 +422,7 @@ class Run:
     def _anchor_predicted(self, section: str, params: dict) -> bool:
         """Check mode: whether the entry's before/after names an attachment an earlier entry would attach."""
         return self.check_mode and section == "tc" and any(
-            isinstance(params.get(option), str) and _tc_attachment(params, params[option]) in self.predicted_tc
+            _tc_attachment(params, _tc.anchor_attachment(params.get(option))) in self.predicted_tc
             for option in ORDER_OPTIONS)
 
     def _predict_placed(self, params: dict) -> dict:

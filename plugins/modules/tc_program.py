@@ -118,6 +118,9 @@ options:
         integer) or its program name as the kernel keeps it (up to 15 characters; the collection's own programs are left
         out of that search, so it finds the other one). An attachment name is looked up first, then a program name, then
         a string of digits as an id.
+      - 'Tagged, it is looked up as what its tag says and nothing else: C({attachment: NAME}) an attachment of this collection
+        on the hook, C({program: NAME}) another program by its name, C({id: ID}) a program by its id; for example C(before:
+        {program: cilium_in}) where an attachment could have that name too.'
       - A new program is attached right before it (the kernel's C(BPF_F_BEFORE)); an upgrade keeps its place (C(bpf_link_update)).
         An attached program is where the task wants it when it runs anywhere before the named one (not necessarily right
         before it); that is no change.

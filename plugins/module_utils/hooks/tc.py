@@ -52,17 +52,57 @@ CLSACT_RECORD = "clsact"
 ORDER_FLAGS = {"before": _bpf.BPF_F_BEFORE, "after": _bpf.BPF_F_AFTER}
 # What the kernel keeps of a program's name (BPF_OBJ_NAME_LEN, with its NUL).
 PROGRAM_NAME_LENGTH = 15
+# What before/after may name, tagged ({attachment: NAME}, {program: NAME}, {id: ID}): an attachment of ebpf.xdp on
+# the hook, another program by its name, a program by its id; each looked up as that and nothing else.
+ANCHOR_KINDS = ("attachment", "program", "id")
 
 
-def find_anchor(anchor: int | str, tcx_ids: list[int], own_id: int, siblings: dict[str | None, dict],
+def anchor_of(value) -> tuple[str | None, int | str]:
+    """(kind, what) of a before/after value: a tagged one's kind, or None for a plain one (an attachment's name,
+    else a program's name, else digits as an id, as before tags existed)."""
+    if isinstance(value, dict) and len(value) == 1:
+        [(kind, named)] = value.items()
+        return kind, named
+    return None, value
+
+
+def anchor_attachment(value) -> str | None:
+    """The attachment of ebpf.xdp a before/after value may name (datapath orders its entries by it)."""
+    kind, named = anchor_of(value)
+    return named if kind in (None, "attachment") and isinstance(named, str) else None
+
+
+def check_anchor(option: str, value, own_name: str | None) -> None:
+    """HookError for a before/after value that names nothing it could (see anchor_of), or this attachment."""
+    tags = "{%s}" % ", ".join("%s: ..." % kind for kind in ANCHOR_KINDS)
+    if isinstance(value, dict):
+        if len(value) != 1 or next(iter(value)) not in ANCHOR_KINDS:
+            raise HookError("%s takes one of %s, or a plain name or id, not %r" % (option, tags, value))
+        kind, named = anchor_of(value)
+        if kind == "id" and (isinstance(named, bool) or not isinstance(named, int) or named <= 0):
+            raise HookError("%s: id takes a program's id, a positive integer, not %r" % (option, named))
+        if kind != "id" and (not isinstance(named, str) or not named):
+            raise HookError("%s: %s takes a name, not %r" % (option, kind, named))
+        if kind == "attachment":
+            _pins.check_attachment_name(named)
+    elif isinstance(value, bool) or not isinstance(value, (int, str)) or value in ("", 0) \
+            or isinstance(value, int) and value < 0:
+        raise HookError("%s names an attachment of ebpf.xdp on the hook by its name, or another program there by its "
+                        "id or its name (or tagged, %s), not %r" % (option, tags, value))
+    if own_name is not None and anchor_attachment(value) == own_name:
+        raise HookError("%s names this attachment itself; name another program on the hook" % option)
+
+
+def find_anchor(anchor: int | str | dict, tcx_ids: list[int], own_id: int, siblings: dict[str | None, dict],
                 program_name, where: str, option: str) -> int:
     """The id of the program on the tcx hook that before/after (option) names, or HookError saying why none.
 
     tcx_ids: the hook's programs in run order; own_id: this attachment's program (0: none yet), never an
     anchor; siblings: the records of the collection's other attachments on the hook, by name (None: the unnamed
-    one); program_name(id): a program's name as the kernel keeps it. An anchor is, in this order: an attachment
-    of ours by its name; another program by its name (the collection's own programs left out, so that a program
-    name shared with ours still finds the other program); a program by its id (an int, or a string of digits).
+    one); program_name(id): a program's name as the kernel keeps it. A plain anchor is, in this order: an
+    attachment of ours by its name; another program by its name (the collection's own programs left out, so that
+    a program name shared with ours still finds the other program); a program by its id (an int, or a string of
+    digits). A tagged one (anchor_of) is looked up as what its tag says only.
     """
     def by_id(prog_id: int) -> int:
         if prog_id == own_id:
@@ -73,9 +113,13 @@ def find_anchor(anchor: int | str, tcx_ids: list[int], own_id: int, siblings: di
                             % (where, option, prog_id, holding(tcx_ids, program_name)))
         return prog_id
 
-    if isinstance(anchor, int):
+    kind, anchor = anchor_of(anchor)
+    if kind == "id" or isinstance(anchor, int):
         return by_id(anchor)
-    if anchor in siblings:
+    if kind == "attachment" and anchor not in siblings:
+        raise HookError("%s: %s names attachment %s of ebpf.xdp, which is not on it (it holds %s); nothing was changed"
+                        % (where, option, anchor, holding(tcx_ids, program_name)))
+    if kind != "program" and anchor in siblings:
         record = _record.of(siblings[anchor])
         if record.placement != "tcx" or record.prog_id not in tcx_ids:
             raise HookError("%s: %s names attachment %s of ebpf.xdp, which is not a tcx program there (%s): only tcx "
@@ -91,6 +135,9 @@ def find_anchor(anchor: int | str, tcx_ids: list[int], own_id: int, siblings: di
     if named:
         raise HookError("%s: %s %r names %d programs there (ids %s): name one by its id; nothing was changed"
                         % (where, option, anchor, len(named), ", ".join(map(str, named))))
+    if kind == "program":
+        raise HookError("%s: %s names program %r, and no other program there is called so (it holds %s); nothing "
+                        "was changed" % (where, option, anchor, holding(tcx_ids, program_name)))
     if anchor.isdigit():
         return by_id(int(anchor))
     raise HookError("%s: %s %r names nothing there: no attachment of ebpf.xdp with that name (name: on its task) "
@@ -174,13 +221,7 @@ class TcHook(HookAdapter):
         if len(given) > 1:
             raise HookError("before and after are mutually exclusive: give one of them")
         for option in given:
-            anchor = p[option]
-            if isinstance(anchor, bool) or not isinstance(anchor, (int, str)) or anchor in ("", 0) \
-                    or isinstance(anchor, int) and anchor < 0:
-                raise HookError("%s names an attachment of ebpf.xdp on the hook by its name, or another program "
-                                "there by its id or its name, not %r" % (option, anchor))
-            if anchor == p.get("name"):
-                raise HookError("%s names this attachment itself; name another program on the hook" % option)
+            check_anchor(option, p[option], p.get("name"))
             if p["method"] in FILTER_KINDS:
                 raise HookError("%s places a program among the programs of the tcx hook; %s filters run in priority "
                                 "order (after every tcx program): give priority instead, lower runs first"

@@ -178,7 +178,7 @@ def test_tagged_anchors_name_what_their_tag_says_and_nothing_else(run_distro, pa
                                                                    "is not on it"),
                              (dict(before={"program": "nope"}), "before names program 'nope', and no other program "
                                                                 "there is called so"),
-                             (dict(before={"tag": "x"}), "before takes one of {attachment: ..., program: ..., id: ...}")):
+                             (dict(before={"tag": "x"}), "before takes one of {attachment: ..., program: ...")):
             for check in (True, False):
                 res = run_distro("tc_program", named(pair, tc_obj, "fourth", TCX_NEXT, **order), check=check)
                 assert res.get("failed") and words in res["msg"] and not res.get("changed"), res

@@ -127,7 +127,7 @@ class Lab:
             yaml.safe_dump(inventory, handle, sort_keys=False)
         return directory
 
-    def start_job(self, name, hosts, extra_vars, limit=None):
+    def start_job(self, name, hosts, extra_vars, limit=None, check=False):
         """One AWX job: ansible-runner run of deploy_xdp.yml on hosts' inventory, as a process of its own."""
         self.jobs += 1
         data = os.path.join(self.work, "job-%d-%s" % (self.jobs, name))
@@ -135,7 +135,8 @@ class Lab:
         cpu_file = os.path.join(data, "host-cpu")
         argv = [os.path.join(BIN, "ansible-runner"), "run", data, "-p", "deploy_xdp.yml", "--project-dir", PLAYBOOKS,
                 "--inventory", self.slice_inventory(name, hosts), "--forks", str(self.forks), "--ident", "job", "-q",
-                "--cmdline", "-e '%s'" % json.dumps(dict(extra_vars, ansible_netns_nsenter_path=self.nsenter))]
+                "--cmdline", "-e '%s'%s" % (json.dumps(dict(extra_vars, ansible_netns_nsenter_path=self.nsenter)),
+                                             " --check" if check else "")]
         if limit:
             argv += ["--limit", limit]
         env = dict(RUNNER_ENV, SLICES_HOST_CPU=cpu_file)
@@ -194,21 +195,25 @@ def failures(job, most=8):
     return "\n".join(lines[:most])
 
 
-def workflow(lab, count, release, serial, fault_hosts=()):
-    """The canary job, then count slices at once; the jobs and the wall times (canary, sliced step)."""
+def workflow(lab, count, release, serial, fault_hosts=(), check=False, extra=None, only=None):
+    """The canary job, then count slices at once (only: the numbers of those that run, all by default); the jobs
+    and the wall times (canary, sliced step). extra: more variables for the slices."""
     common = {"fleet_release": release, "fleet_fault_hosts": sorted(fault_hosts)}
     canary_host = sorted(lab.hosts)[0]
     start = time.monotonic()
-    canary = lab.finish_job(lab.start_job("canary", lab.hosts, common, limit=canary_host))
+    canary = lab.finish_job(lab.start_job("canary", lab.hosts, common, limit=canary_host, check=check))
     canary_wall = time.monotonic() - start
     if canary["rc"] != 0:
         raise SystemExit("slices.py: the canary job failed:\n%s" % failures(canary))
     sliced = dict(common, xdp_serial=serial, xdp_rollout_signal_host="localhost",
-                  xdp_rollout_signal_dir=lab.signals, xdp_rollout_id=uuid.uuid4().hex, xdp_rollout_slices=count)
+                  xdp_rollout_signal_dir=lab.signals, xdp_rollout_id=uuid.uuid4().hex, xdp_rollout_slices=count,
+                  **(extra or {}))
     start = time.monotonic()
-    jobs = [lab.start_job("slice%d" % number, hosts, sliced)
-            for number, hosts in enumerate(awx_slices(lab.hosts, count), 1)]
+    jobs = [lab.start_job("slice%d" % number, hosts, sliced, check=check)
+            for number, hosts in enumerate(awx_slices(lab.hosts, count), 1) if only is None or number in only]
     jobs = [lab.finish_job(job) for job in jobs]
+    for job in jobs:
+        job["rollout_id"] = sliced["xdp_rollout_id"]
     return canary, jobs, canary_wall, time.monotonic() - start
 
 

@@ -61,20 +61,20 @@ def test_sliced_workflow_in_the_four_steps(at_release_1):  # pylint: disable=red
     lab = at_release_1
     h1 = lab.hosts[0]
     # Check mode: the slices still wait for each other (their markers are written), and nothing changes.
-    canary, jobs, _, _ = slices.workflow(lab, 2, 2, SERIAL, check=True)
+    canary, jobs = slices.workflow(lab, 2, 2, SERIAL, check=True)[:2]
     assert [job["rc"] for job in jobs] == [0, 0], [slices.failures(job) for job in jobs]
     assert slices.summary(canary)["would_change"] == [h1]
     # The canary's check changed nothing either: slice 1's batch 1 (h1) would change too.
     assert [sorted(slices.summary(job)["would_change"]) for job in jobs] == [lab.hosts[0::2], lab.hosts[1::2]]
     assert releases(lab) == [1] * 4
     # The run: every host on release 2.
-    canary, jobs, _, _ = slices.workflow(lab, 2, 2, SERIAL)
+    canary, jobs = slices.workflow(lab, 2, 2, SERIAL)[:2]
     slices.check_healthy(canary, jobs, rerun=False)
     assert [sorted(slices.summary(job)["updated"]) for job in jobs] == [lab.hosts[2:3], lab.hosts[1::2]]
     assert releases(lab) == [2] * 4
     # Check mode again, and the run again: nothing to change.
     for check in (True, False):
-        canary, jobs, _, _ = slices.workflow(lab, 2, 2, SERIAL, check=check)
+        canary, jobs = slices.workflow(lab, 2, 2, SERIAL, check=check)[:2]
         slices.check_healthy(canary, jobs, rerun=True)
         assert not changed(canary) and not any(changed(job) for job in jobs)
     assert releases(lab) == [2] * 4
@@ -83,11 +83,11 @@ def test_sliced_workflow_in_the_four_steps(at_release_1):  # pylint: disable=red
 def test_a_fault_in_slice_2_stops_slice_1_before_its_next_batch(at_release_1):  # pylint: disable=redefined-outer-name
     lab = at_release_1
     h1, h2, h3, h4 = lab.hosts
-    canary, jobs, _, _ = slices.workflow(lab, 2, 2, SERIAL, fault_hosts=[h2])
+    canary, jobs = slices.workflow(lab, 2, 2, SERIAL, fault_hosts=[h2])[:2]
     assert canary["rc"] == 0 and slices.summary(canary)["updated"] == [h1]
     # Slice 2 rolled back its faulty batch and stopped; slice 1 stopped before its batch 2 (h3 untouched).
     slices.check_fault(jobs, SERIAL, [h2], h1)
-    assert "slice %s stopped" % h2 in slices.summary(jobs[0])["stopped_by"]
+    assert "The rollout stopped before batch 2 of 2: slice %s stopped;" % h2 in slices.failures(jobs[0])
     with open(os.path.join(lab.signals, jobs[1]["rollout_id"], "stop." + h2), encoding="utf-8") as marker:
         assert marker.read() == "batch 1: %s failed the gate\n" % h2
     assert releases(lab) == [2, 1, 1, 1]
@@ -100,22 +100,22 @@ def test_rollback_scope_all_rolls_back_the_other_slices_too(at_release_1):  # py
     # h4, slice 2's batch 2, is faulty: both slices passed batch 1 (h1 already there, h2), then slice 1 took h3
     # to release 2 while slice 2's h4 failed. As one play with the scope all, every host the sliced job changed
     # goes back: h4 and h2 by slice 2, h3 by slice 1, which waits for the others after its last batch.
-    canary, jobs, _, _ = slices.workflow(lab, 2, 2, SERIAL, fault_hosts=[h4],
-                                         extra={"xdp_rollout_rollback_scope": "all"})
+    canary, jobs = slices.workflow(lab, 2, 2, SERIAL, fault_hosts=[h4], extra={"xdp_rollout_rollback_scope": "all"})[:2]
     assert slices.summary(canary)["updated"] == [h1]
     first, second = (slices.summary(job) for job in jobs)
     assert jobs[0]["rc"] != 0 and jobs[1]["rc"] != 0
     assert sorted(second["rolled_back"]) == [h2, h4] and second["stopped_at_batch"] in (2, "2")
     assert first["rolled_back"] == [h3] and first["stopped_by"] == "slice %s stopped" % h2
+    assert "The rollout stopped after its last batch: slice %s stopped;" % h2 in slices.failures(jobs[0])
     # The canary's release stays: it passed its gate in a job of its own, before the sliced one.
     assert releases(lab) == [2, 1, 1, 1]
 
 
 def test_a_slice_that_never_comes_stops_the_others(at_release_1):  # pylint: disable=redefined-outer-name
     lab = at_release_1
-    h1, _, h3, _ = lab.hosts
+    h3 = lab.hosts[2]
     # Slice 1 of 2 alone: after its batch 1 it waits xdp_rollout_slice_wait for slice 2's, then stops.
-    _, jobs, _, _ = slices.workflow(lab, 2, 2, SERIAL, only=[1], extra={"xdp_rollout_slice_wait": 3})
+    jobs = slices.workflow(lab, 2, 2, SERIAL, only=[1], extra={"xdp_rollout_slice_wait": 3})[1]
     result = slices.summary(jobs[0])
     assert jobs[0]["rc"] != 0
     assert result["stopped_by"].startswith("after 3 s, 1 of 2 slices had passed batch 1"), result

@@ -52,6 +52,7 @@ import time
 from typing import Callable
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns, session as _session
+from ansible_collections.ebpf.xdp.plugins.module_utils.host.journal import Journal
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import (
     bcc as _bcc, libbpf as _bpf, loader as _loader, pins as _pins, record as _record)
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import observed as _observed, revisions as _revisions
@@ -753,24 +754,27 @@ class Converger:
 
     def _reattach(self, observed: Observed, prog: _bpf.Program) -> Attachment:
         """A mode change, or a foreign link we cannot update: detach, attach, and put the old one back on failure."""
-        with self.hook.hold(observed.prog_id) as old:
+        attached = []
+
+        def attach():
+            attached.append(self.hook.attach(prog))
+
+        def empty(exc: Exception, failed: list[str]) -> HookError:
+            return HookError("%s; putting the old program (id %d) back failed too, so %s has none now: %s"
+                             % (exc, observed.prog_id, self.hook.ifname, failed[0]))
+
+        with self.hook.hold(observed.prog_id) as old, Journal() as journal:
             start = time.monotonic()  # the window is at most from before the detach to after the attach
             self.hook.detach(observed)
+            journal.did(lambda: self.hook.restore(observed, old), "the old program (id %d)" % observed.prog_id)
             try:
-                attachment = self.hook.attach(prog)
+                journal.run(attach, empty)
+            finally:
                 self.interrupted = time.monotonic() - start
-                self.warnings.append("%s was briefly without its %s program while switching %s (at most %.2f ms)" % (
-                    self.hook.ifname, self.hook.label, self.hook.switch_reason(observed), self.interrupted * 1000))
-            except Exception as exc:
-                self.interrupted = time.monotonic() - start
-                try:
-                    self.hook.restore(observed, old)
-                except Exception as again:
-                    raise HookError("%s; putting the old program (id %d) back failed too, so %s has none now: %s"
-                                    % (exc, observed.prog_id, self.hook.ifname, again)) from exc
-                raise
+        self.warnings.append("%s was briefly without its %s program while switching %s (at most %.2f ms)" % (
+            self.hook.ifname, self.hook.label, self.hook.switch_reason(observed), self.interrupted * 1000))
         self.hook.cleanup()  # what only the old placement needed (tc: a clsact of ours left empty)
-        return attachment
+        return attached[0]
 
 
 class WayBack:

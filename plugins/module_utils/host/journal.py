@@ -9,8 +9,9 @@ when a later change fails.
 Private to the ebpf.xdp collection: the interface may change without notice.
 
 Every section keeps its changes here: a devmap group's map writes, pins and record (maps/devmap), a map's
-entries (maps/map_entry), and the entries of a datapath run (_datapath: a hook held as it was, the sources
-written, the parameters that converge an entry back). The journal also holds what an undo needs alive until the
+entries (maps/map_entry), a hook's program detached for a switch (hooks/converge: put back when the new one
+cannot be attached), and the entries of a datapath run (_datapath: a hook held as it was, the sources written,
+the parameters that converge an entry back). The journal also holds what an undo needs alive until the
 end (a program or map by its fd, a hook held as it was) and closes it once the work is over.
 """
 

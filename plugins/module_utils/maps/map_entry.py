@@ -28,7 +28,6 @@ import os
 import sys
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
-from ansible_collections.ebpf.xdp.plugins.module_utils.host.journal import Journal
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils.maps import btf as _btf
 
@@ -255,27 +254,28 @@ class MapEntries:
                 prog.close()
 
     def _apply(self, current: dict, updates: dict, deletes: list) -> None:
-        journal = Journal()
+        done = []
         try:
             for key in deletes:
                 self.map.delete(key)
-                journal.did(self._putting_back(current, key))
+                done.append(key)
             for key, value in updates.items():
                 self._write(key, (value,) * self.map.ncpus)
-                journal.did(self._putting_back(current, key))
+                done.append(key)
         except _bpf.BpfError as exc:
-            done = len(journal.steps)
-            failed = [error for _what, error in journal.undo() if error is not None]
-            if failed:
+            try:
+                self._restore(current, done)
+            except _bpf.BpfError as again:
                 raise MapEntryError("%s; putting back the entries written before it (%d) failed too: %s" % (
-                    exc, done, failed[0]))
-            raise MapEntryError("%s; the entries written before it (%d) were put back" % (exc, done))
+                    exc, len(done), again))
+            raise MapEntryError("%s; the entries written before it (%d) were put back" % (exc, len(done)))
 
-    def _putting_back(self, current: dict, key: bytes):
-        """The undo of a write or delete of key: its value as it was, or no entry."""
-        if key in current:
-            return lambda: self._write(key, current[key])
-        return lambda: self.map.delete(key)
+    def _restore(self, current: dict, done: list) -> None:
+        for key in reversed(done):
+            if key in current:
+                self._write(key, current[key])
+            else:
+                self.map.delete(key)
 
 
 def converge(params: dict, check_mode: bool) -> dict:

@@ -9,7 +9,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.build/collections
 export ANSIBLE_FORCE_COLOR ?= 0
 PYTEST := $(VENV)/bin/python -m pytest
 
-.PHONY: setup deploy lab-up lab-down vm-up vm-down test test-vm unit integration integration-shared integration-quiet benchmark-smoke sanity lint docs docs-lint molecule ee benchmark clean
+.PHONY: setup deploy lab-up lab-down vm-up vm-down test test-vm test-debian12 unit integration integration-shared integration-quiet benchmark-smoke sanity lint docs docs-lint molecule ee benchmark clean
 
 setup:
 	@bash scripts/setup.sh
@@ -38,6 +38,11 @@ test: setup
 # on Debian 12's 6.1 kernel.
 test-vm: setup
 	bash scripts/test_vm.sh
+
+# Every integration test on Debian 12's 6.1 kernel (but the few about the controller alone): the VM's tests over
+# SSH from here, then the rest inside the VM, booted once (scripts/test_vm.sh --all; not part of make test).
+test-debian12: setup
+	bash scripts/test_vm.sh --all
 
 unit:
 	$(PYTEST) -q tests/unit

@@ -6,6 +6,10 @@
 #  2. the kernel-dependent integration tests (those marked kernel(feature),
 #     see tests/integration/kernel_features.py) inside it. Extra arguments go
 #     to that pytest (e.g. -k tcx).
+# With --all first (make test-debian12), step 2 runs every integration test
+# inside it instead (the lab, the roles, the bcc backend, the faults and the
+# bad input included), but for the files about the controller machine alone
+# (CONTROLLER_ONLY: no kernel in them, they ran in make integration).
 #
 # Under software emulation each module run costs seconds, so nothing goes
 # through Ansible there: pytest runs inside the VM with Debian's Python and
@@ -16,8 +20,7 @@
 # this machine's), and copied in with the checkout's files (what git would
 # commit: tracked and new ones, nothing it ignores).
 # The VM is booted if it is not up, and powered off again only then. The
-# image has no bcc (python3-bpfcc and kernel headers, ~100 MB more), so the
-# bcc backend's tests stay on this machine.
+# image has bcc and the headers of its own kernel (scripts/vm.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VM="bash scripts/vm.sh"
@@ -25,6 +28,17 @@ DEST=/root/ebpf_xdp # where the VM gets the checkout
 SITE=.build/vm-site # the packages for the VM's Python
 
 say() { echo "test_vm.sh: $*"; }
+
+all=
+if [[ ${1:-} == --all ]]; then
+	all=1
+	shift
+fi
+# The integration tests about the controller machine, not the kernel (the docs site in Chromium, the built
+# artifact through ansible-galaxy and ansible-builder, the benchmark report's plots with the venv's matplotlib,
+# the execution environment's image under podman): make integration runs them here; --all leaves them out in
+# the VM.
+CONTROLLER_ONLY=(test_docs_site.py test_packaging.py test_benchmark_report.py test_ee.py)
 
 # The venv's versions of what the tests import, for the VM's Python; rebuilt when they change.
 want=$(.venv/bin/pip freeze --disable-pip-version-check | grep -iE '^(pytest|pytest-xdist|execnet|ansible-core|bcrypt)==' | sort)
@@ -78,16 +92,26 @@ for arg in "$@"; do args+=" $(printf '%q' "$arg")"; done
 # share it run on two workers, a file's tests on one (as make
 # integration-shared does here); those marked quiet (rates, timing,
 # snapshots of the whole host) after them, alone.
+if [[ -n $all ]]; then
+	which="every integration test but the controller's (${CONTROLLER_ONLY[*]})"
+	select="--durations=25"
+	for name in "${CONTROLLER_ONLY[@]}"; do select+=" --ignore tests/integration/$name"; done
+else
+	which="the kernel-dependent tests"
+	select="--durations=15 --kernel-dependent --ignore tests/integration/test_bcc_backend.py"
+fi
+# PYTHONUNBUFFERED: the progress shows as it comes (through SSH's pipe it would come in blocks).
 in_vm() { # what, pytest arguments...
 	local what=$1
 	shift
-	say "pytest in the VM: the kernel-dependent tests $what${args}"
+	say "pytest in the VM: $which $what${args}"
 	start=$SECONDS
-	$VM ssh "cd $DEST && PYTHONPATH=$DEST/$SITE:$DEST/.build/collections ANSIBLE_COLLECTIONS_PATH=$DEST/.build/collections \
-	python3 -m pytest -p no:cacheprovider -q -rxs --durations=15 --kernel-dependent \
-	--ignore tests/integration/test_bcc_backend.py $* tests/integration$args" || rc=$?
+	$VM ssh "cd $DEST && PYTHONUNBUFFERED=1 PYTHONPATH=$DEST/$SITE:$DEST/.build/collections ANSIBLE_COLLECTIONS_PATH=$DEST/.build/collections \
+	python3 -m pytest -p no:cacheprovider -q -rxs --vm=without $select $* tests/integration$args" || rc=$?
 	say "they took $((SECONDS - start)) s (exit status so far $rc)"
 }
+all_start=$SECONDS
 in_vm "that can share the VM, on two workers" -m "'not quiet'" -n 2 --dist loadfile
 in_vm "marked quiet, alone" -m quiet
+say "in the VM in all: $((SECONDS - all_start)) s"
 exit $rc

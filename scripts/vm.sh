@@ -34,7 +34,8 @@ RUN=$ROOT/.build/vm
 # 2522 (another checkout's VM may hold 2522). The running VM's port is in
 # .build/vm/port, where the inventory (host_vars/vm.yml) reads it.
 PORT=$(cat "$RUN/port" 2>/dev/null || echo "${EBPF_XDP_VM_PORT:-2522}")
-MEMORY=${EBPF_XDP_VM_MEMORY:-1024}
+# Two pytest workers each compiling with clang (bcc's in-process one included) want more than 1 GB.
+MEMORY=${EBPF_XDP_VM_MEMORY:-2048}
 CPUS=${EBPF_XDP_VM_CPUS:-2}
 BOOT_TIMEOUT=${EBPF_XDP_VM_BOOT_TIMEOUT:-600}
 NAME=ebpf-xdp-vm # qemu's process name, and the SSH host key alias
@@ -53,6 +54,13 @@ INCLUDE=systemd-sysv,udev,kmod,initramfs-tools,linux-image-amd64,openssh-server,
 INCLUDE+=,clang,llvm,libbpf1,libbpf-dev,linux-libc-dev,iproute2,python3-pyroute2,libxdp1,bpftool,xdp-tools
 # What playbooks/benchmark.yml uses besides (roles/benchmark, __benchmark_packages).
 INCLUDE+=,ethtool,iptables,nftables,netsniff-ng
+# The bcc backend (toolchain_bcc: true): bcc's Python binding and the headers of the image's own kernel
+# (linux-headers-amd64 follows linux-image-amd64), for make test-debian12's test_bcc_backend.py.
+INCLUDE+=,python3-bpfcc,linux-headers-amd64
+# What the rest of make test-debian12's suite uses there, as scripts/setup.sh installs it here: the exporter's
+# Python (xdp_metrics) with promtool and a Prometheus server to judge and scrape it, ping, openssl for its TLS
+# (python3-bcrypt needs its cffi named: debootstrap does not resolve the virtual package it depends on).
+INCLUDE+=,python3-prometheus-client,prometheus,python3-bcrypt,python3-cffi-backend,python3-yaml,iputils-ping,netbase,openssl
 IMAGE_SIZE=3G
 
 APT_PACKAGES=(qemu-system-x86 debootstrap e2fsprogs openssh-client procps iproute2)
@@ -160,6 +168,9 @@ configure_rootfs() {
 		dev-hugepages.mount dev-mqueue.mount sys-fs-fuse-connections.mount \
 		modprobe@fuse.service modprobe@dm_mod.service modprobe@loop.service \
 		modprobe@drm.service systemd-network-generator.service
+	# Debian's prometheus package starts its server at boot (a fifth of a CPU under emulation); the tests that
+	# want one start their own.
+	chroot "$dir" systemctl -q mask prometheus.service
 
 	rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/log/*.log
 }

@@ -11,11 +11,17 @@
  * rollouts' "new version"), and `xdp_action: 1` makes the faulty release
  * that drops what it should pass. `drop_ip_proto` (0: none) makes a subtler
  * one: frames of that IP protocol (6: TCP) are dropped, the rest get
- * `xdp_action`.
+ * `xdp_action`. VERDICT_SLOTS (a define, 5 by default) sizes `verdict_count`:
+ * a release built with more slots lays its map out otherwise, and its upgrade
+ * (and rollback) carries the counts over (map_migration).
  */
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include "proto_count.h"
+
+#ifndef VERDICT_SLOTS
+#define VERDICT_SLOTS 5
+#endif
 
 const volatile __u32 xdp_action = XDP_PASS;
 const volatile __u32 release = 0;
@@ -25,7 +31,7 @@ struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);
 	__type(value, __u64);
-	__uint(max_entries, 5);
+	__uint(max_entries, VERDICT_SLOTS);
 } verdict_count SEC(".maps");
 
 SEC("xdp")

@@ -7,17 +7,18 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    # Mirrors PIN_ROOT_ARGS in plugins/module_utils/_common.py.
+    # Written by scripts/options.py from docs/options.yml (set pin_root):
+    # edit it there, not here.
     DOCUMENTATION = r"""
 options:
   pin_root:
     description:
       - Directory on a BPF filesystem (bpffs) where the collection keeps its state.
-      - Each attachment has its own directory C(<pin_root>/<netns>/<interface>/<hook>/) holding the
-        program, its link, its maps and an ownership record; C(<netns>) is C(host) for the initial
-        namespace. Hosts that share a bpffs (lab namespaces on one machine) stay apart this way.
-      - An absolute path without C(..) components (C(.), C(//) and a trailing C(/) are normalised away); a
-        relative one, or one that climbs, is refused before anything happens.
+      - Each attachment has its own directory C(<pin_root>/<netns>/<interface>/<hook>/) holding the program, its link,
+        its maps and an ownership record; C(<netns>) is C(host) for the initial namespace. Hosts that share a bpffs (lab
+        namespaces on one machine) stay apart this way.
+      - An absolute path without C(..) components (C(.), C(//) and a trailing C(/) are normalised away); a relative one,
+        or one that climbs, is refused before anything happens.
     type: path
     default: /sys/fs/bpf/ebpf_xdp
 """

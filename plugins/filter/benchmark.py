@@ -439,10 +439,17 @@ def scrape_case(programs):
 def benchmark_scrape_records(scrape, programs, baseline_programs):
     """Records of the metrics scrape control case from scrape_times.py's output: one per scrape (its seconds as
     the client saw them), each noting the exporter's median collect time, the page and the exporter's memory;
-    an error when the page does not show the programs attached."""
-    if scrape.get("programs") != programs:
-        raise AnsibleFilterError("benchmark metrics scrape: the exporter shows %s programs, %d are attached"
-                                 % (scrape.get("programs"), programs))
+    an error when a page (every one, not only the last) does not show the programs attached."""
+    shown = scrape.get("programs") or []
+    collect = scrape.get("collect_seconds") or []
+    down = scrape.get("netns_down") or []
+    wrong = ["scrape %d of %d: %s (collect %s s%s)" % (
+        n, len(shown), count, collect[n - 1] if n <= len(collect) else "?",
+        "; not read: %s" % ", ".join(down[n - 1]) if n <= len(down) and down[n - 1] else "")
+        for n, count in enumerate(shown, 1) if count != programs]
+    if wrong or not shown:
+        raise AnsibleFilterError("benchmark metrics scrape: %d programs are attached, the exporter shows %s"
+                                 % (programs, "; ".join(wrong) or "no page"))
     collect = sorted(c for c in scrape.get("collect_seconds") or () if c is not None)
     notes = "%sexporter: %d samples, %.0f KiB page, VmHWM %.1f MiB" % (
         "collect %.1f ms (median), " % (1000 * collect[len(collect) // 2]) if collect else "",

@@ -8,9 +8,8 @@ respawn under the system Python; privileges; the backend), and errors turned int
 
 Private to the ebpf.xdp collection: the interface may change without notice.
 A module's main is run_module(): nothing below this file takes an
-AnsibleModule; the work gets the options as a dict. The option sets here are
-documented by the doc fragments of the same names in plugins/doc_fragments;
-change both together.
+AnsibleModule; the work gets the options as a dict. The option sets come with
+their documentation from one source, docs/options.yml (see _argspecs).
 """
 
 from __future__ import annotations
@@ -23,82 +22,23 @@ from ansible.module_utils.common.respawn import has_respawned, probe_interpreter
 
 # First of the collection's own: the rest of them load from compiled bytecode kept on the host (see _bytecode).
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bytecode  # noqa: F401 pylint: disable=unused-import
-from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import bcc as _bcc, libbpf as _bpf, pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils import _argspecs
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import bcc as _bcc, libbpf as _bpf
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import names as _names
 from ansible_collections.ebpf.xdp.plugins.module_utils.host.privileges import BPF_CAPABILITIES, missing_capabilities
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf.compile import CompileError
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
-# Documented by doc fragment ebpf.xdp.interface.
-INTERFACE_ARGS = dict(
-    interface=dict(type="str", required=True),
-    netns=dict(type="str"),
-)
+# The option sets, written with their documentation from one source (docs/options.yml, by scripts/options.py):
+# the shared ones documented by the doc fragments of the same names, each module's own in its DOCUMENTATION.
+INTERFACE_ARGS = _argspecs.INTERFACE_ARGS
+PROGRAM_ARGS = _argspecs.PROGRAM_ARGS
+PIN_ROOT_ARGS = _argspecs.PIN_ROOT_ARGS
 
-# Documented by doc fragment ebpf.xdp.program.
-PROGRAM_ARGS = dict(
-    object=dict(type="path"),
-    program=dict(type="str"),
-    section=dict(type="str"),
-    constants=dict(type="dict", default={}),
-    state=dict(type="str", choices=["present", "absent"], default="present"),
-    force=dict(type="bool", default=False),
-    keep_maps=dict(type="bool", default=False),
-    map_migration=dict(type="str", choices=["fields", "reset", "refuse"], default="fields"),
-    map_rename=dict(type="dict", default={}),
-    shared_maps=dict(type="str"),
-    checksum=dict(type="str"),
-    # No default: required_if counts a defaulted option as given (see _revisions.check_params); current it is.
-    revision=dict(type="str", choices=["current", "previous"]),
-    object_store=dict(type="path", default="/var/lib/ebpf_xdp/revisions"),
-    backend=dict(type="str", choices=["libbpf", "bcc"], default="libbpf"),
-    source=dict(type="path"),
-    cflags=dict(type="list", elements="str", default=[]),
-    kernel_headers=dict(type="path"),
-)
-
-# Documented by doc fragment ebpf.xdp.pin_root.
-PIN_ROOT_ARGS = dict(
-    pin_root=dict(type="path", default=_pins.DEFAULT_PIN_ROOT),
-)
-
-
-# The options of each item module, documented in that module; ebpf.xdp.datapath's config entries take the same.
-XDP_PROGRAM_ARGS = dict(
-    mode=dict(type="str", choices=["native", "generic", "auto"], default="auto"),
-    # One of several programs on the interface, run by libxdp's dispatcher: checked by XdpHook.check_params,
-    # which datapath's entries go through too.
-    name=dict(type="str"),
-    priority=dict(type="int"),
-    chain_call_actions=dict(type="list", elements="str", choices=["aborted", "drop", "pass", "tx", "redirect"]),
-    **INTERFACE_ARGS, **PROGRAM_ARGS, **PIN_ROOT_ARGS)
-TC_PROGRAM_ARGS = dict(
-    direction=dict(type="str", choices=["ingress", "egress"], default="ingress"),
-    method=dict(type="str", choices=["tcx", "cls_bpf", "act_bpf", "auto"], default="auto"),
-    priority=dict(type="int"),
-    handle=dict(type="int"),
-    verdict=dict(type="str", default="drop",
-                 choices=["drop", "pass", "ok", "pipe", "continue", "stolen", "reclassify", "shot", "unspec"]),
-    # One of several attachments on the hook, and where it runs among the tcx programs (an attachment's name, a
-    # program's id or name): checked by TcHook.check_params, which datapath's entries go through too.
-    name=dict(type="str"),
-    before=dict(type="raw"),
-    after=dict(type="raw"),
-    **INTERFACE_ARGS, **PROGRAM_ARGS, **PIN_ROOT_ARGS)
-DEVMAP_GROUP_ARGS = dict(
-    name=dict(type="str"),
-    id=dict(type="int"),
-    shared_maps=dict(type="str", default="multicast"),  # _devmap.DEFAULT_SHARED_MAPS
-    netns=dict(type="str"),
-    members=dict(type="list", elements="str", default=[]),
-    addresses=dict(type="list", elements="str", default=[]),
-    exclude_ingress=dict(type="bool"),
-    exclusive=dict(type="bool", default=False),
-    egress_program=dict(type="dict", options=dict(object=dict(type="path"), program=dict(type="str"),
-                                                  section=dict(type="str")),
-                        mutually_exclusive=[("program", "section")]),
-    state=dict(type="str", choices=["present", "absent"], default="present"),
-    **PIN_ROOT_ARGS)
+# The options of each item module; ebpf.xdp.datapath's config entries take the same.
+XDP_PROGRAM_ARGS = dict(**_argspecs.XDP_PROGRAM_OPTIONS, **INTERFACE_ARGS, **PROGRAM_ARGS, **PIN_ROOT_ARGS)
+TC_PROGRAM_ARGS = dict(**_argspecs.TC_PROGRAM_OPTIONS, **INTERFACE_ARGS, **PROGRAM_ARGS, **PIN_ROOT_ARGS)
+DEVMAP_GROUP_ARGS = dict(**_argspecs.DEVMAP_GROUP_OPTIONS, **PIN_ROOT_ARGS)
 DEVMAP_GROUP_RULES = dict(required_one_of=[("name", "id")])
 
 # Options whose values become path components, or paths the collection writes at or builds paths under, and

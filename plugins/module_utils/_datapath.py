@@ -43,10 +43,12 @@ from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import bcc as _bcc, c
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge, revisions as _revisions
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns, session as _session
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import toolchain as _toolchain
+from ansible_collections.ebpf.xdp.plugins.module_utils.host.journal import Journal
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils.maps import devmap as _devmap, map_entry as _map_entry
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 # Importing the adapters also registers them with the converger (_converge.ADAPTERS).
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import tc as _tc
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.tc import TcHook
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.xdp import XdpHook
 
@@ -353,8 +355,9 @@ class Run:
         # Per declared entry, what its module would have returned, with the entry as `item` (the shape of a
         # registered loop's results, which the rollout filters read; `results` itself is Ansible's, for loops).
         self.results: dict[str, list[dict]] = {section: [] for section in SECTIONS}
-        # (section, what puts it back: the params to converge, or a hook held as it was, what in words)
-        self.journal: list[tuple[str, dict | _converge.Held | _compile.Sources, str]] = []
+        # Each change with what puts it back (converging the params it had, a hook held as it was, the sources
+        # as they were), in words; the held hooks and sources let go of when the run is over.
+        self.journal = Journal()
         # Check mode: the named tc attachments an earlier entry would put in place, which a later entry's
         # before/after may name although the kernel does not hold them yet.
         self.predicted_tc: set[tuple] = set()
@@ -380,7 +383,7 @@ class Run:
         self.changes.append({"entry": "sources in %s" % sources.directory, "section": "sources", "state": "present",
                              "diff": {"before": {}, "after": {"files": names}}})
         if not self.check_mode:
-            self.journal.append(("sources", sources, "sources in %s" % sources.directory))
+            self.journal.did(self.journal.hold(sources).put_back, "sources in %s" % sources.directory)
             try:
                 sources.write(names)
             except OSError as exc:
@@ -404,7 +407,7 @@ class Run:
                     if undo is not None:
                         what = label if index is None else "%s (%s)" % (
                             label, describe(section, keys_of(section, params)[0]))
-                        self.journal.append((section, undo, what))
+                        self.journal.did(self._putting_back(section, undo), what)
                     if os.environ.get(FAULT_AFTER_ENV) == str(len(self.changes)):
                         raise InjectedFault("fault injected after change %d" % len(self.changes))
         except Exception as exc:
@@ -421,7 +424,7 @@ class Run:
     def _anchor_predicted(self, section: str, params: dict) -> bool:
         """Check mode: whether the entry's before/after names an attachment an earlier entry would attach."""
         return self.check_mode and section == "tc" and any(
-            isinstance(params.get(option), str) and _tc_attachment(params, params[option]) in self.predicted_tc
+            _tc_attachment(params, _tc.anchor_attachment(params.get(option))) in self.predicted_tc
             for option in ORDER_OPTIONS)
 
     def _predict_placed(self, params: dict) -> dict:
@@ -470,27 +473,21 @@ class Run:
             rehearsal.step(section, index, copy.deepcopy(step_params), gathered)
         return bool(rehearsal.changes)
 
+    def _putting_back(self, section: str, undo: dict | _converge.Held):
+        """The journal's undo of one entry's change: the hook held as it was put back, or the params it had
+        converged again."""
+        if isinstance(undo, _converge.Held):
+            return self.journal.hold(undo).put_back
+        return lambda: self.converge(section, undo)
+
     def forget(self) -> None:
         """The run is over: let go of the hooks held for a put-back."""
-        for _section, undo, _label in self.journal:
-            if isinstance(undo, (_converge.Held, _compile.Sources)):
-                undo.close()
-        self.journal = []
+        self.journal.close()
 
     def put_back(self) -> list[str]:
         """Undo the journal in reverse; what was put back (or could not be), in words."""
-        said = []
-        for section, undo, label in reversed(self.journal):
-            try:
-                if isinstance(undo, (_converge.Held, _compile.Sources)):
-                    undo.put_back()
-                else:
-                    self.converge(section, undo)
-                said.append("%s: put back" % label)
-            except Exception as exc:  # pylint: disable=broad-except
-                said.append("%s: could not be put back: %s" % (label, exc))
-        self.journal = []
-        return said
+        return ["%s: put back" % what if error is None else "%s: could not be put back: %s" % (what, error)
+                for what, error in self.journal.undo()]
 
 
 def run(params: dict, check_mode: bool, run_command, find_clang) -> tuple[dict, list[str]]:
@@ -499,25 +496,29 @@ def run(params: dict, check_mode: bool, run_command, find_clang) -> tuple[dict, 
     state, pin_root = params["state"], params["pin_root"]
     validated = validate(params["config"] or {}, pin_root)
     namespaces = scope(validated, params["namespaces"])
-    before = gather(pin_root, namespaces)
-    if state == "gathered":
-        return dict(changed=False, gathered=before, namespaces=namespaces, invocation=invocation(params)), []
-    sources = _compile.Sources(params["sources"]["dir"], params["sources"]["files"]) if params["sources"] else None
-    steps = plan(state, validated, before, pin_root)
-    job = Run(pin_root, check_mode, run_command, find_clang)
-    # Every entry reads the host through one session; the object store lets go of a revision's object only
-    # once the run is over (a put-back may need it again).
-    with _session.host(), _revisions.releases_deferred():
-        facts = read_facts_before(params, check_mode, lambda: job.rehearse(sources, steps, before))
-        try:
-            if sources:
-                job.ship(sources)
-            for section, index, step_params in steps:
-                job.step(section, index, copy.deepcopy(step_params), before)
-        finally:
-            job.forget()
-    after = before if not job.changes else (predict(before, job.changes) if check_mode else
-                                            gather(pin_root, namespaces))
+    # The whole task reads the host through one session (_session): each record and each hook once, read again
+    # only after this run wrote it, from the gather through every entry (their hold, converge and put-back) to
+    # the gather after. The object store lets go of a revision's object only once the run is over (a put-back
+    # may need it again).
+    with _session.host():
+        before = gather(pin_root, namespaces)
+        if state == "gathered":
+            return dict(changed=False, gathered=before, namespaces=namespaces, invocation=invocation(params)), []
+        sources = _compile.Sources(params["sources"]["dir"], params["sources"]["files"]) if params["sources"] \
+            else None
+        steps = plan(state, validated, before, pin_root)
+        job = Run(pin_root, check_mode, run_command, find_clang)
+        with _revisions.releases_deferred():
+            facts = read_facts_before(params, check_mode, lambda: job.rehearse(sources, steps, before))
+            try:
+                if sources:
+                    job.ship(sources)
+                for section, index, step_params in steps:
+                    job.step(section, index, copy.deepcopy(step_params), before)
+            finally:
+                job.forget()
+        after = before if not job.changes else (predict(before, job.changes) if check_mode else
+                                                gather(pin_root, namespaces))
     result = dict(changed=bool(job.changes), before=before, after=after, changes=job.changes,
                   item_results=job.results, namespaces=namespaces, invocation=invocation(params),
                   facts_before=facts)

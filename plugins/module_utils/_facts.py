@@ -266,7 +266,7 @@ def xdp_chain(pin_root: str, key: str, ifname: str, ifindex: int, warnings: list
             warnings.append("%s runs libxdp's dispatcher, but libxdp (Debian package libxdp1) is not installed: the "
                             "programs it runs are not reported" % ifname)
         return None
-    chain = _libxdp.dispatcher_chain(ifindex)
+    chain = _observed.dispatcher_chain(ifindex)
     if chain is None:
         return None
     attachments = _pins.hook_attachments(pin_root, os.path.join(pin_root, key, ifname), _pins.hook_dir("xdp"))

@@ -35,101 +35,98 @@ extends_documentation_fragment:
   - ebpf.xdp.attributes
   - ebpf.xdp.pin_root
 options:
+  # BEGIN options (devmap_group)
   name:
     description:
-      - Name of the group, unique in its map set. A name without O(id) finds the group of that name, or gives a
-        new group the lowest free id (kept in the group's record). 1 to 64 characters without control characters.
+      - Name of the group, unique in its map set. A name without O(id) finds the group of that name, or gives a new group
+        the lowest free id (kept in the group's record). 1 to 64 characters without control characters.
       - At least one of O(name) and O(id) is required.
     type: str
   id:
     description:
-      - Group id, from 1 to 255 (0 means "no group" to the program). With O(name), both must agree with an
-        existing group.
+      - Group id, from 1 to 255 (0 means "no group" to the program). With O(name), both must agree with an existing group.
     type: int
   shared_maps:
     description:
-      - The map set of the multicast program, as given to
-        O(ebpf.xdp.xdp_program#module:shared_maps) of M(ebpf.xdp.xdp_program).
+      - The map set of the multicast program, as given to O(ebpf.xdp.xdp_program#module:shared_maps) of M(ebpf.xdp.xdp_program).
     type: str
     default: multicast
   netns:
     description:
-      - Network namespace under C(/run/netns) of the ports (the multicast program's and the members), instead of
-        the one the module runs in. Members are interface names of this namespace; one in another namespace is
-        an error.
+      - Network namespace under C(/run/netns) of the ports (the multicast program's and the members), instead of the one
+        the module runs in. Members are interface names of this namespace; one in another namespace is an error.
     type: str
   members:
     description:
-      - Interface names of the member ports. Each gets a copy of every frame of the group, resolved to its
-        ifindex in O(netns). Each must be a name the kernel could give an interface (1 to 15 bytes, without C(/),
-        C(:), whitespace or control characters, not C(.) or C(..)).
+      - Interface names of the member ports. Each gets a copy of every frame of the group, resolved to its ifindex in
+        O(netns). Each must be a name the kernel could give an interface (1 to 15 bytes, without C(/), C(:), whitespace
+        or control characters, not C(.) or C(..)).
       - Without O(exclusive), the listed members are added and others stay.
     type: list
     elements: str
     default: []
   addresses:
     description:
-      - Destinations that make a frame one of this group's - multicast IPv4 (C(224.0.0.0/4)) or IPv6 (C(ff00::/8))
-        addresses, or multicast/broadcast MACs (for frames no IP address matched, for example
-        C(ff:ff:ff:ff:ff:ff) for ARP broadcasts). A unicast address is an error, and so is an address of another
-        group of the set.
+      - Destinations that make a frame one of this group's - multicast IPv4 (C(224.0.0.0/4)) or IPv6 (C(ff00::/8)) addresses,
+        or multicast/broadcast MACs (for frames no IP address matched, for example C(ff:ff:ff:ff:ff:ff) for ARP broadcasts).
+        A unicast address is an error, and so is an address of another group of the set.
       - Without O(exclusive), the listed addresses are added and others stay.
     type: list
     elements: str
     default: []
   exclude_ingress:
     description:
-      - Whether the port a frame came in by is left out of its copies (C(BPF_F_EXCLUDE_INGRESS)). V(false) sends it
-        a copy too, as the kernel's own multicast selftest expects for an ARP broadcast.
+      - Whether the port a frame came in by is left out of its copies (C(BPF_F_EXCLUDE_INGRESS)). V(false) sends it a
+        copy too, as the kernel's own multicast selftest expects for an ARP broadcast.
       - When omitted, a new group excludes the ingress port and an existing group keeps its setting.
     type: bool
   exclusive:
     description:
-      - Remove the members and addresses that are not listed, instead of only adding the listed ones, and the
-        egress program when O(egress_program) is omitted.
+      - Remove the members and addresses that are not listed, instead of only adding the listed ones, and the egress program
+        when O(egress_program) is omitted.
     type: bool
     default: false
   egress_program:
     description:
-      - A devmap egress program that runs on each member's copy before it leaves, such as C(xdp_egress_mac) of
-        C(xdp_multicast.bpf.c), which writes the egress port's own MAC as the source address (the module writes
-        each member's MAC into C(mcast_port_mac)).
-      - It is loaded as a devmap program (attach type C(BPF_XDP_DEVMAP)) over the map set's maps, pinned in the
-        group's directory and set in every member's devmap value.
-      - When omitted, the group keeps the egress program it has, as it keeps members and addresses that are not
-        listed; with O(exclusive=true) an omitted egress program is removed. V({}) (an empty dict) removes the
-        group's egress program in any case.
+      - A devmap egress program that runs on each member's copy before it leaves, such as C(xdp_egress_mac) of C(xdp_multicast.bpf.c),
+        which writes the egress port's own MAC as the source address (the module writes each member's MAC into C(mcast_port_mac)).
+      - It is loaded as a devmap program (attach type C(BPF_XDP_DEVMAP)) over the map set's maps, pinned in the group's
+        directory and set in every member's devmap value.
+      - When omitted, the group keeps the egress program it has, as it keeps members and addresses that are not listed;
+        with O(exclusive=true) an omitted egress program is removed. V({}) (an empty dict) removes the group's egress
+        program in any case.
     type: dict
     suboptions:
       object:
-        description: Path of the compiled BPF object on the managed host; required unless O(egress_program) is
-          V({}).
+        description: Path of the compiled BPF object on the managed host; required unless O(egress_program) is V({}).
         type: path
       program:
         description:
-          - Function name of the program; may be omitted when the object holds one devmap program
-            (C(SEC("xdp/devmap")), or libbpf 0.x's C(SEC("xdp_devmap/...")), which is loaded as a devmap program
-            too).
+          - Function name of the program; may be omitted when the object holds one devmap program (C(SEC("xdp/devmap")),
+            or libbpf 0.x's C(SEC("xdp_devmap/...")), which is loaded as a devmap program too).
           - Mutually exclusive with O(egress_program.section).
         type: str
       section:
         description:
-          - The program by its section name in O(egress_program.object), its C(SEC()) (as iproute2's C(sec) takes
-            it), instead of O(egress_program.program), for example C(xdp/devmap) or C(xdp_devmap/egress_mac).
-          - A section that holds several programs is an error listing them by function name; name one with
-            O(egress_program.program) then. A section the object does not have is an error listing its programs
-            and sections. Either way nothing is changed.
-          - The result, the diff, P(ebpf.xdp.xdp_facts#module) (C(egress_section)) and
-            P(ebpf.xdp.datapath#module)'s V(gathered) show the section as asked.
+          - The program by its section name in O(egress_program.object), its C(SEC()) (as iproute2's C(sec) takes it),
+            instead of O(egress_program.program), for example C(xdp/devmap) or C(xdp_devmap/egress_mac).
+          - A section that holds several programs is an error listing them by function name; name one with O(egress_program.program)
+            then. A section the object does not have is an error listing its programs and sections. Either way nothing
+            is changed.
+          - The result, the diff, P(ebpf.xdp.xdp_facts#module) (C(egress_section)) and P(ebpf.xdp.datapath#module)'s V(gathered)
+            show the section as asked.
           - Mutually exclusive with O(egress_program.program).
         type: str
   state:
     description:
-      - V(present) creates or converges the group; V(absent) removes it (its addresses, its devmap and its
-        settings) from the map set.
+      - V(present) creates or converges the group; V(absent) removes it (its addresses, its devmap and its settings) from
+        the map set.
     type: str
-    choices: [present, absent]
+    choices:
+      - present
+      - absent
     default: present
+  # END options (devmap_group)
 attributes:
   check_mode:
     support: full

@@ -22,8 +22,10 @@ description:
     cloned from their pins), so both start from the live state. Global variables start from their initial
     values, as in a fresh load. A map whose contents cannot be copied (a program array, a ring buffer, a
     socket or CPU map, a map of maps) is an error naming the map.
-  - The candidate takes the attached program's maps, as an upgrade that keeps its maps does; a candidate whose
-    maps differ in type or size from the live ones is an error (its upgrade would start with new maps).
+  - The candidate takes the attached program's maps, as an upgrade that keeps its maps does. A map it lays out
+    otherwise (fields moved, added or removed, more entries; see O(map_migration)) is migrated from its private
+    copy as the upgrade would migrate the live map, never read through the new layout; RV(map_migration) says
+    what became of each map, and RV(map_effects) compares such a map in the candidate's layout.
   - Nothing on the host changes (a private directory of pins under O(pin_root) is removed before the module
     returns), so the task never reports a change; C(--diff) shows the comparison.
 author:
@@ -86,6 +88,21 @@ options:
       - Where the collection keeps the objects of attached revisions (that of M(ebpf.xdp.xdp_program)).
     type: path
     default: /var/lib/ebpf_xdp/revisions
+  map_migration:
+    description:
+      - What the candidate's upgrade would do with a live map it lays out otherwise, as
+        O(ebpf.xdp.xdp_program#module:map_migration) says, done here to the candidate's private copy.
+      - V(fields) carries the copy's entries into the candidate's layout by field name; V(reset) starts it empty;
+        V(refuse) fails naming each map and difference. A change no copy carries fails naming the map and field.
+    type: str
+    choices: [fields, reset, refuse]
+    default: fields
+  map_rename:
+    description:
+      - With O(map_migration=fields), value fields the candidate renamed, by map, as
+        O(ebpf.xdp.xdp_program#module:map_rename) takes them.
+    type: dict
+    default: {}
   require_attached:
     description:
       - Whether a hook without a program of the collection is an error. With V(false) the module succeeds and
@@ -177,6 +194,15 @@ map_effects:
   returned: success
   type: dict
   sample: {proto_count: {"06000000": {start: 0, old: 412, new: 0}}}
+map_migration:
+  description:
+    - Each map of the candidate that the live maps had, and what became of its private copy (V(kept),
+      V(migrated), V(reset)), as RV(ebpf.xdp.xdp_program#module:map_migration) reports an upgrade's.
+  returned: success
+  type: list
+  elements: dict
+  sample: [{map: stats, outcome: migrated, changes: ["value field drops added (int, 8 bytes at 16)"],
+            entries_copied: 1}]
 attached:
   description: The attached program compared (id, program name, object and its digest).
   returned: success
@@ -205,6 +231,8 @@ ARGUMENT_SPEC = dict(
     section=dict(type="str"),
     constants=dict(type="dict", default={}),
     object_store=dict(type="path", default="/var/lib/ebpf_xdp/revisions"),
+    map_migration=dict(type="str", choices=["fields", "reset", "refuse"], default="fields"),
+    map_rename=dict(type="dict", default={}),
     require_attached=dict(type="bool", default=True),
     **_common.INTERFACE_ARGS, **_common.PIN_ROOT_ARGS)
 

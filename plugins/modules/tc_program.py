@@ -45,34 +45,38 @@ extends_documentation_fragment:
   - ebpf.xdp.pin_root
   - ebpf.xdp.replay
 options:
+  # BEGIN options (tc_program)
   direction:
     description:
-      - "The hook: frames arriving on the interface (V(ingress)) or leaving it (V(egress))."
+      - 'The hook: frames arriving on the interface (V(ingress)) or leaving it (V(egress)).'
     type: str
-    choices: [ingress, egress]
+    choices:
+      - ingress
+      - egress
     default: ingress
   method:
     description:
       - How the program is held on the hook; see the description.
-      - V(auto) is V(tcx) where the kernel has it, else V(cls_bpf); an attached program keeps its method.
-        RV(method) reports which one is in effect.
-      - Changing the method, O(priority) or O(handle) of an attached program detaches it before attaching
-        again; a warning says so. A filter that this collection did not attach at the new place is an error
-        found before anything changes.
-      - One program per attachment is managed; a task naming another program for an attachment that already
-        holds one of the collection's is an error (remove the first one with O(state=absent), or give the new one
-        its own O(name)).
+      - V(auto) is V(tcx) where the kernel has it, else V(cls_bpf); an attached program keeps its method. RV(method) reports
+        which one is in effect.
+      - Changing the method, O(priority) or O(handle) of an attached program detaches it before attaching again; a warning
+        says so. A filter that this collection did not attach at the new place is an error found before anything changes.
+      - One program per attachment is managed; a task naming another program for an attachment that already holds one
+        of the collection's is an error (remove the first one with O(state=absent), or give the new one its own O(name)).
     type: str
-    choices: [tcx, cls_bpf, act_bpf, auto]
+    choices:
+      - tcx
+      - cls_bpf
+      - act_bpf
+      - auto
     default: auto
   priority:
     description:
-      - Filter priority (tc's C(pref)) for V(cls_bpf) and V(act_bpf), 1 to 65535. Filters run in priority order,
-        lower first, and all of them after the hook's tcx programs.
-      - When omitted, the first free priority on first attach, then the one in use; so named cls_bpf attachments
-        attached one after the other run in the order their tasks ran. Each attachment of this collection on a
-        hook has a priority of its own; a priority another of them holds is an error, found before anything
-        changes.
+      - Filter priority (tc's C(pref)) for V(cls_bpf) and V(act_bpf), 1 to 65535. Filters run in priority order, lower
+        first, and all of them after the hook's tcx programs.
+      - When omitted, the first free priority on first attach, then the one in use; so named cls_bpf attachments attached
+        one after the other run in the order their tasks ran. Each attachment of this collection on a hook has a priority
+        of its own; a priority another of them holds is an error, found before anything changes.
     type: int
   handle:
     description:
@@ -80,52 +84,61 @@ options:
     type: int
   verdict:
     description:
-      - The act_bpf action's own verdict, used when the program returns C(TC_ACT_UNSPEC) (-1);
-        only with O(method=act_bpf). tc's aliases V(ok), V(shot) and V(unspec) are V(pass), V(drop) and
-        V(continue), and reported so.
+      - The act_bpf action's own verdict, used when the program returns C(TC_ACT_UNSPEC) (-1); only with O(method=act_bpf).
+        tc's aliases V(ok), V(shot) and V(unspec) are V(pass), V(drop) and V(continue), and reported so.
     type: str
-    choices: [drop, pass, ok, pipe, continue, stolen, reclassify, shot, unspec]
+    choices:
+      - drop
+      - pass
+      - ok
+      - pipe
+      - continue
+      - stolen
+      - reclassify
+      - shot
+      - unspec
     default: drop
   name:
     description:
-      - The attachment's name, its identity on the hook (interface, O(direction), O(netns)), so that several
-        programs of this collection live there side by side, each with its own pins in
-        C(<pin_root>/<netns>/<interface>/tc_<direction>@<name>/), record, maps, revisions and rollback
-        (O(revision=previous)).
+      - The attachment's name, its identity on the hook (interface, O(direction), O(netns)), so that several programs
+        of this collection live there side by side, each with its own pins in C(<pin_root>/<netns>/<interface>/tc_<direction>@<name>/),
+        record, maps, revisions and rollback (O(revision=previous)).
       - 1 to 32 characters of V(a-z), V(0-9), V(_) and V(-), starting with a letter or digit.
-      - Without it, the task manages the hook's unnamed attachment, with the pins (C(tc_<direction>/)) and
-        behaviour it always had; the named ones are beside it and each other.
-      - O(state=absent) with a name removes that attachment only. Without a name it removes the unnamed
-        attachment only (and, with O(force=true), a filter this collection did not attach at the given
-        O(priority)/O(handle)); named attachments, and other programs, stay.
+      - Without it, the task manages the hook's unnamed attachment, with the pins (C(tc_<direction>/)) and behaviour it
+        always had; the named ones are beside it and each other.
+      - O(state=absent) with a name removes that attachment only. Without a name it removes the unnamed attachment only
+        (and, with O(force=true), a filter this collection did not attach at the given O(priority)/O(handle)); named attachments,
+        and other programs, stay.
       - For V(tcx) and V(cls_bpf); V(act_bpf) is refused with a name.
     type: str
   before:
     description:
-      - Run this program before another program of the tcx hook, named by its attachment name (another
-        attachment of this collection on the same hook, O(name)), or, for a program this collection did not
-        attach, by its program id (an integer) or its program name as the kernel keeps it (up to 15 characters;
-        the collection's own programs are left out of that search, so it finds the other one). An attachment name
-        is looked up first, then a program name, then a string of digits as an id.
-      - A new program is attached right before it (the kernel's C(BPF_F_BEFORE)); an upgrade keeps its place
-        (C(bpf_link_update)). An attached program is where the task wants it when it runs anywhere before the
-        named one (not necessarily right before it); that is no change.
-      - Found on the wrong side, the program is moved - a new link created at the place, then the old one
-        detached (the kernel cannot move a link atomically); the hook is never without it, but for that moment
-        (a warning gives the time, well under a millisecond) it runs at both places, so a program that passes
-        frames on sees them twice.
-      - Naming nothing on the hook, the program itself, or an attachment that is not a tcx program is an error,
-        in check mode too, and nothing changes.
-      - Only with V(tcx) (or V(auto) where it resolves to V(tcx)); with V(cls_bpf), V(act_bpf), or on a kernel
-        without tcx (before 6.6), it is an error; order filters by O(priority) instead.
-      - Mutually exclusive with O(after). Without either, a new program goes where the kernel appends it (after
-        the others), as without names.
+      - Run this program before another program of the tcx hook, named by its attachment name (another attachment of this
+        collection on the same hook, O(name)), or, for a program this collection did not attach, by its program id (an
+        integer) or its program name as the kernel keeps it (up to 15 characters; the collection's own programs are left
+        out of that search, so it finds the other one). An attachment name is looked up first, then a program name, then
+        a string of digits as an id.
+      - 'Tagged, it is looked up as what its tag says and nothing else: C({attachment: NAME}) an attachment of this collection
+        on the hook, C({program: NAME}) another program by its name, C({id: ID}) a program by its id; for example C(before:
+        {program: cilium_in}) where an attachment could have that name too.'
+      - A new program is attached right before it (the kernel's C(BPF_F_BEFORE)); an upgrade keeps its place (C(bpf_link_update)).
+        An attached program is where the task wants it when it runs anywhere before the named one (not necessarily right
+        before it); that is no change.
+      - Found on the wrong side, the program is moved - a new link created at the place, then the old one detached (the
+        kernel cannot move a link atomically); the hook is never without it, but for that moment (a warning gives the
+        time, well under a millisecond) it runs at both places, so a program that passes frames on sees them twice.
+      - Naming nothing on the hook, the program itself, or an attachment that is not a tcx program is an error, in check
+        mode too, and nothing changes.
+      - Only with V(tcx) (or V(auto) where it resolves to V(tcx)); with V(cls_bpf), V(act_bpf), or on a kernel without
+        tcx (before 6.6), it is an error; order filters by O(priority) instead.
+      - Mutually exclusive with O(after). Without either, a new program goes where the kernel appends it (after the others),
+        as without names.
     type: raw
   after:
     description:
-      - Run this program after another program of the tcx hook, named as for O(before) (C(BPF_F_AFTER)); the same
-        rules.
+      - Run this program after another program of the tcx hook, named as for O(before) (C(BPF_F_AFTER)); the same rules.
     type: raw
+  # END options (tc_program)
 attributes:
   check_mode:
     support: full

@@ -35,48 +35,56 @@ extends_documentation_fragment:
   - ebpf.xdp.pin_root
   - ebpf.xdp.replay
 options:
+  # BEGIN options (xdp_program)
   mode:
     description:
       - V(native) attaches in the driver (fails when the driver has no XDP support).
       - V(generic) attaches in the kernel's skb path; works on every interface, slower.
       - V(auto) tries native and falls back to generic; RV(mode) reports which one was used.
-      - Changing the mode of an attached program detaches it before attaching again (the kernel has
-        no atomic mode switch); a warning says so.
+      - Changing the mode of an attached program detaches it before attaching again (the kernel has no atomic mode switch);
+        a warning says so.
     type: str
-    choices: [native, generic, auto]
+    choices:
+      - native
+      - generic
+      - auto
     default: auto
   name:
     description:
-      - The attachment's name, its identity on the interface (and O(netns)), so that several programs live on
-        one interface, ours and other tools' (C(xdp-loader), C(xdp-filter), bpfman), each with its own
-        record, maps and revisions (pins in C(xdp@<name>/)); 1 to 32 of a-z, 0-9, C(_) and C(-).
-      - A named attachment is one of the programs of libxdp's multiprog dispatcher (xdp-tools' protocol, Debian
-        package C(libxdp1), which the role C(ebpf.xdp.toolchain) installs). The dispatcher is the program the
-        interface runs, and it runs its programs in O(priority) order. Adding, upgrading or removing one swaps
-        in a new dispatcher atomically; the others keep running, with the same program ids and maps. An
-        upgrade joins the new program before the old one leaves (never without it; for that moment both run,
-        a warning says how long).
-      - The dispatcher holds at most 10 programs, all in one mode; the object needs BTF (C(-g), as
-        M(ebpf.xdp.bpf_object) compiles). Where the kernel cannot run the dispatcher (no freplace programs),
-        the task fails saying why and changes nothing; it never falls back to one program per interface. A
-        program attached to the interface on its own (an unnamed attachment, C(ip link set xdp)) is refused.
-      - O(state=absent) with a name takes that program out of the dispatcher only (the dispatcher goes with
-        its last program).
+      - The attachment's name, its identity on the interface (and O(netns)), so that several programs live on one interface,
+        ours and other tools' (C(xdp-loader), C(xdp-filter), bpfman), each with its own record, maps and revisions (pins
+        in C(xdp@<name>/)); 1 to 32 of a-z, 0-9, C(_) and C(-).
+      - A named attachment is one of the programs of libxdp's multiprog dispatcher (xdp-tools' protocol, Debian package
+        C(libxdp1), which the role C(ebpf.xdp.toolchain) installs). The dispatcher is the program the interface runs,
+        and it runs its programs in O(priority) order. Adding, upgrading or removing one swaps in a new dispatcher atomically;
+        the others keep running, with the same program ids and maps. An upgrade joins the new program before the old one
+        leaves (never without it; for that moment both run, a warning says how long).
+      - The dispatcher holds at most 10 programs, all in one mode; the object needs BTF (C(-g), as M(ebpf.xdp.bpf_object)
+        compiles). Where the kernel cannot run the dispatcher (no freplace programs), the task fails saying why and changes
+        nothing; it never falls back to one program per interface. A program attached to the interface on its own (an
+        unnamed attachment, C(ip link set xdp)) is refused.
+      - O(state=absent) with a name takes that program out of the dispatcher only (the dispatcher goes with its last program).
       - Without a name, the task manages the interface's one unnamed program as before (pins C(xdp/)).
     type: str
   priority:
     description:
-      - With O(name), the program's run priority in the dispatcher; lower runs first (equal priorities run in
-        the order they were attached). libxdp's default is 50.
+      - With O(name), the program's run priority in the dispatcher; lower runs first (equal priorities run in the order
+        they were attached). libxdp's default is 50.
       - Changing it re-orders the programs (the program is attached again at its new place, as an upgrade is).
     type: int
   chain_call_actions:
     description:
-      - With O(name), the verdicts of this program after which the dispatcher runs the next program; any
-        other verdict is final. libxdp's default is V(pass) alone.
+      - With O(name), the verdicts of this program after which the dispatcher runs the next program; any other verdict
+        is final. libxdp's default is V(pass) alone.
     type: list
     elements: str
-    choices: [aborted, drop, pass, tx, redirect]
+    choices:
+      - aborted
+      - drop
+      - pass
+      - tx
+      - redirect
+  # END options (xdp_program)
 attributes:
   check_mode:
     support: full

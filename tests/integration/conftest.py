@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
@@ -39,7 +40,8 @@ PIN_ROOT_BASE = "/sys/fs/bpf/ebpf_xdp_test"
 
 def pytest_addoption(parser):
     parser.addoption("--kernel-dependent", action="store_true",
-                     help="only the tests marked kernel(feature): what make test-vm runs on Debian 12's kernel")
+                     help="only the tests marked kernel(feature), kernel_either(feature) or debian12(names): what "
+                          "make test-vm runs on Debian 12's kernel (make test-debian12 runs them all there)")
     parser.addoption("--vm", choices=("with", "without", "only"), default="with",
                      help="the tests that reach the lab's VM host over SSH (the vm fixture): with the others, "
                           "without them (make integration), or only them (make test-vm, which boots it once)")
@@ -53,6 +55,9 @@ def pytest_configure(config):
                             "(make integration-quiet)")
     config.addinivalue_line("markers", "kernel_either(feature): the test asserts what the kernel does with and "
                             "without a feature of kernel_features.PROBES itself (it reads the table)")
+    config.addinivalue_line("markers", "debian12(*names): a positive test of the modules and roles named, which make "
+                            "test's VM step (make test-vm) runs on Debian 12's kernel: every module and role has one "
+                            "(tests/unit/test_debian12_subset.py)")
 
 
 def pytest_sessionstart(session):
@@ -176,7 +181,8 @@ def features():
 def pytest_collection_modifyitems(session, config, items):  # pylint: disable=unused-argument
     """The VM tests last: the VM, booted once for them, keeps a CPU busy under emulation while it is up, which
     the rate checks of the other tests must not share. With --kernel-dependent, only the tests marked kernel or
-    kernel_either; --vm chooses whether the VM tests run.
+    kernel_either, and make test's positive tests of each module and role on 6.1 (debian12); --vm chooses whether
+    the VM tests run.
 
     make integration-shared runs the tests on two workers (pytest-xdist, --dist loadfile): a file's tests run on
     one worker, in order, with its module fixtures set up once; tests that share fixed host state (the lab's
@@ -184,8 +190,8 @@ def pytest_collection_modifyitems(session, config, items):  # pylint: disable=un
     first (LONGEST_FIRST): started last, one of them would leave the other worker idle at the end."""
     def keep(item):
         on_vm = "vm" in getattr(item, "fixturenames", ())
-        if config.getoption("kernel_dependent") and not any(item.iter_markers("kernel")) and not any(
-                item.iter_markers("kernel_either")):
+        if config.getoption("kernel_dependent") and not any(
+                any(item.iter_markers(name)) for name in ("kernel", "kernel_either", "debian12")):
             return False
         return {"with": True, "without": not on_vm, "only": on_vm}[config.getoption("vm")]
 
@@ -237,16 +243,23 @@ def sh(*argv, check=True):
     return subprocess.run(argv, check=check, capture_output=True, text=True)
 
 
+def ansible_cli(name):
+    """The argv that starts Ansible's command `name` (ansible, ansible-playbook, ansible-inventory): the venv's
+    script, or, inside the lab's VM (make test-vm, make test-debian12), where ansible-core is on PYTHONPATH without
+    its scripts, its module entry (python -m ansible playbook)."""
+    script = os.path.join(os.path.dirname(VENV_PYTHON), name)
+    if os.path.exists(script):
+        return [script]
+    return [VENV_PYTHON, "-m", "ansible", name.replace("ansible-", "") if name != "ansible" else "adhoc"]
+
+
 def ansible_playbook(*args, check=False, expect_ok=True, extra_vars=()):
     """ansible-playbook ARGS (inventory, playbooks, options) with the json callback: its output.
 
     Each of extra_vars is passed as -e JSON. expect_ok: every host ran
     without a failure and the command exited 0.
     """
-    script = os.path.join(os.path.dirname(VENV_PYTHON), "ansible-playbook")
-    # Inside the lab's VM (make test-vm) ansible-core is on PYTHONPATH, without its scripts: its module entry.
-    argv = [script] if os.path.exists(script) else [VENV_PYTHON, "-m", "ansible", "playbook"]
-    argv += list(args)
+    argv = ansible_cli("ansible-playbook") + list(args)
     for extra in extra_vars:
         argv += ["-e", json.dumps(extra)]
     if check:
@@ -366,9 +379,9 @@ class ModuleRunner(object):
                                   env=dict(os.environ, PYTHONPATH=pythonpath, **(env or {})))
             return module_result(proc)
         assert not env, "env is for direct runs"
-        argv = [os.path.join(os.path.dirname(VENV_PYTHON), "ansible"), "localhost", "-c", "local",
-                "-i", "localhost,", "-e", "ansible_python_interpreter=%s" % self.python,
-                "-m", "ebpf.xdp.%s" % module, "-a", json.dumps(args)]
+        argv = ansible_cli("ansible") + ["localhost", "-c", "local", "-i", "localhost,",
+                                         "-e", "ansible_python_interpreter=%s" % self.python,
+                                         "-m", "ebpf.xdp.%s" % module, "-a", json.dumps(args)]
         if check:
             argv.append("--check")
         if diff:
@@ -379,6 +392,18 @@ class ModuleRunner(object):
         except ValueError:
             raise AssertionError("ansible printed no JSON:\n%s\n%s" % (proc.stdout, proc.stderr))
         return out["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+@pytest.fixture(scope="session")
+def module_start_seconds():
+    """How long a module run takes here before it does anything (Python, ansible-core and the collection
+    imported, bad input refused): well under a second on this machine, tens of seconds in the lab's VM under
+    software emulation on a loaded host. A test's deadline for a module to get going adds three times this, so
+    that it bounds what the module does rather than how fast the machine starts Python."""
+    started = time.monotonic()
+    res = ModuleRunner(SYSTEM_PYTHON, None)("xdp_facts", {"netns": "ebpf-xdp-no-such-ns"}, pin=False)
+    assert res.get("failed"), res
+    return time.monotonic() - started
 
 
 @pytest.fixture(params=PYTHONS)

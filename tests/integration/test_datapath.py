@@ -21,7 +21,7 @@ from test_xdp_dispatcher import burst, chain, component, loader_cleanup  # noqa:
 from kernel_features import xdp_loader, xdp_tools_object
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _datapath, _facts
-from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns, session as _session
 from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames
 
 SET = "mc"
@@ -177,6 +177,63 @@ def test_a_failing_entry_puts_back_what_the_run_changed(run_distro, switch, mcas
     assert tag(before[0]["generic"]) == before_tag
     again = run_distro("datapath", {"config": first})
     assert again["changed"] is False, again
+
+
+def in_process(config, pin_root, namespaces):
+    """One datapath task in this process, as the module runs it: (result, the host session's reads and counts)."""
+    params = {"config": config, "state": "overridden", "namespaces": namespaces, "sources": None, "pin_root": pin_root}
+    with _session.host() as session:
+        result, _warnings = _datapath.run(params, False, None, None)
+    assert not result.get("failed"), result
+    return result, session
+
+
+def reads_of(session, kind):
+    """How often the session read each record (kind "record", by path) or each hook's state (kind "hook", by
+    namespace, hook and ifindex; the tc dumps too: qdiscs, filters)."""
+    if kind == "record":
+        return {key[1]: n for key, n in session.reads.items() if key[0] == "record"}
+    return {key: n for key, n in session.reads.items()
+            if key[0] != "record" and (key[1].startswith(_session.HOOK) or key[1] in ("qdiscs", "filters"))}
+
+
+def test_a_task_reads_each_record_and_each_hook_once(run_distro, switch, mcast_obj, tc_obj, pin_root,  # noqa: F811
+                                                     features):
+    """The host state of a task (issue 39 item 1): a no-change overridden run over three XDP programs, a tc
+    filter and a group reads each ownership record once and each hook's kernel state once (IFLA_XDP per port,
+    the qdisc dump, the tc hook's filters and tcx programs), however many times the gather, the holds, the
+    converger and the gather after look at them; a run that upgrades p0's program reads p0's hook again only
+    after writing it, and every other hook and every record once."""
+    ports, _hosts = switch
+    config = {"xdp": [program(ports, port, mcast_obj) for port in range(3)],
+              "tc": [dict(interface="p3", netns=ports.sw, object=tc_obj, program="tc_drop_count", method="cls_bpf")],
+              "devmap_groups": [group(ports, "one", [1, 2], ONE)]}
+    res = run_distro("datapath", {"config": config})
+    assert res["changed"] and not res.get("failed"), res
+    owners = sorted(os.path.join(base, "owner") for base, _dirs, files in os.walk(pin_root) if "owner" in files)
+    assert len(owners) == 5, owners  # three XDP attachments, the tc one, the group
+
+    result, session = in_process(config, pin_root, [ports.sw])
+    assert result["changed"] is False, result
+    records, hooks = reads_of(session, "record"), reads_of(session, "hook")
+    assert sorted(records) == owners and set(records.values()) == {1}, records
+    tcx = [("hook:tcx", ports.ifindex[3], "ingress")] if features["tcx"] else []  # tc's hook: its tcx programs too
+    assert sorted(key[1:] for key in hooks) == sorted(
+        [("hook:xdp", index) for index in ports.ifindex[:3]] + [("qdiscs",), ("filters", ports.ifindex[3], "ingress", 0)]
+        + tcx), hooks
+    assert set(hooks.values()) == {1}, hooks
+    print("\nno-change run, 3 XDP + 1 tc + 1 group: %d bpf(), %d netlink, %d records"
+          % (session.counts["bpf"], session.counts["netlink"], session.counts["record"]))
+
+    upgraded = dict(config, xdp=[dict(config["xdp"][0], constants={"default_group": 1})] + config["xdp"][1:])
+    result, session = in_process(upgraded, pin_root, [ports.sw])
+    assert [c["entry"] for c in result["changes"]] == ["config.xdp[0]"], result["changes"]
+    records, hooks = reads_of(session, "record"), reads_of(session, "hook")
+    assert sorted(records) == owners and set(records.values()) == {1}, records  # a record written is known as written
+    p0 = [key for key in hooks if key[1:] == ("hook:xdp", ports.ifindex[0])]
+    assert p0 and all(n == 1 for key, n in hooks.items() if key not in p0), hooks
+    print("upgrade of one of them: %d bpf(), %d netlink, %d records"
+          % (session.counts["bpf"], session.counts["netlink"], session.counts["record"]))
 
 
 @pytest.mark.quiet  # snapshots of the whole host

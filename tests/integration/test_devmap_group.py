@@ -22,7 +22,7 @@ import threading
 
 import pytest
 
-from conftest import BPF_DIR, ROOT, SYSTEM_PYTHON, VENV_PYTHON, assert_rhythm, compile_bpf
+from conftest import BPF_DIR, ROOT, SYSTEM_PYTHON, ansible_cli, assert_rhythm, compile_bpf
 from test_multicast_programs import BROADCAST, Ports, arp_broadcast, counting_hosts, sniffer, sources, udp_to
 from test_tc_redirect_programs import eventually
 
@@ -87,9 +87,9 @@ def play(tasks, python=SYSTEM_PYTHON):
                ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"),
                ANSIBLE_INVENTORY_UNPARSED_WARNING="false", ANSIBLE_LOCALHOST_WARNING="false")
     try:
-        proc = subprocess.run([os.path.join(os.path.dirname(VENV_PYTHON), "ansible-playbook"), "-i", "localhost,",
-                               "-c", "local", "-e", "ansible_python_interpreter=%s" % python, handle.name],
-                              capture_output=True, text=True, env=env, cwd="/tmp", check=False)
+        argv = ansible_cli("ansible-playbook") + ["-i", "localhost,", "-c", "local",
+                                                  "-e", "ansible_python_interpreter=%s" % python, handle.name]
+        proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd="/tmp", check=False)
     finally:
         os.unlink(handle.name)
     out = json.loads(proc.stdout)

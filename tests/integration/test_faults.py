@@ -3,7 +3,8 @@
 Kill points: the converger names the steps of a run (_converge.fault_point:
 after_load, after_attach, after_pin, before_record; a migrating upgrade's
 maps_set_aside, during_copy, after_swap and before_retire, tested in
-test_map_migration) and dies there with SIGKILL when EBPF_XDP_FAULT_POINT
+test_map_migration with all the others, where an error after the swap puts
+the old program back) and dies there with SIGKILL when EBPF_XDP_FAULT_POINT
 names one. Modules run as their own
 processes started directly (conftest's ModuleRunner: no ansible around
 them, ~5x faster); the concurrency tests run ansible-playbook itself.
@@ -17,7 +18,7 @@ import uuid
 
 import pytest
 
-from conftest import SYSTEM_PYTHON, VENV_PYTHON, ModuleRunner, ansible_env, sh
+from conftest import SYSTEM_PYTHON, VENV_PYTHON, ModuleRunner, ansible_cli, ansible_env, sh
 from kernel_features import needs, xdp_loader, xdp_tools_object
 from test_tc_program import TC_SHOT, filters
 from test_tc_redirect_programs import eventually
@@ -344,9 +345,10 @@ def playbook(directory, tasks, python=SYSTEM_PYTHON):
     with open(path, "w") as handle:
         json.dump([{"hosts": "all", "gather_facts": False, "tasks": tasks}], handle)
     # Popen, not conftest's ansible_playbook: two run at once.
-    return subprocess.Popen([os.path.join(os.path.dirname(VENV_PYTHON), "ansible-playbook"), "-i",
-                             os.path.join(directory, "hosts.ini"), "-e", "ansible_python_interpreter=%s" % python,
-                             path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ansible_env(), cwd=directory)
+    argv = ansible_cli("ansible-playbook") + ["-i", os.path.join(directory, "hosts.ini"),
+                                              "-e", "ansible_python_interpreter=%s" % python, path]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ansible_env(),
+                            cwd=directory)
 
 
 def task_results(proc):

@@ -21,7 +21,8 @@ import time
 import pytest
 import yaml
 
-from conftest import ROOT, ansible_env, ansible_playbook, changed_by_host, changed_tasks, sh, task_results, xdp_attached
+from conftest import (ROOT, ansible_cli, ansible_env, ansible_playbook, changed_by_host, changed_tasks, sh, task_results,
+                      xdp_attached)
 
 with open(os.path.join(ROOT, "inventories", "lab", "group_vars", "all.yml")) as f:
     NAMESPACES = yaml.safe_load(f)["lab_namespaces"]
@@ -43,7 +44,7 @@ def all_task_results(out, name):
 
 def adhoc(pattern, name, args):
     """{host: result} of one module run on the hosts of pattern."""
-    argv = [os.path.join(ROOT, ".venv", "bin", "ansible"), pattern, "-m", name, "-a", json.dumps(args)]
+    argv = ansible_cli("ansible") + [pattern, "-m", name, "-a", json.dumps(args)]
     proc = subprocess.run(argv, capture_output=True, text=True, env=ansible_env(), cwd=ROOT, check=False)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]
@@ -110,7 +111,7 @@ def test_lab_sends_nothing_of_its_own(lab):
 def test_inventory_has_the_router_and_the_bridge():
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
                ANSIBLE_COLLECTIONS_PATH=os.path.join(ROOT, ".build", "collections"))
-    inventory = json.loads(subprocess.run([os.path.join(ROOT, ".venv", "bin", "ansible-inventory"), "--list"],
+    inventory = json.loads(subprocess.run(ansible_cli("ansible-inventory") + ["--list"],
                                           capture_output=True, text=True, env=env, cwd=ROOT, check=True).stdout)
     assert inventory["routers"]["hosts"] == ["router"]
     assert inventory["bridges"]["hosts"] == ["bridge"]
@@ -125,8 +126,9 @@ def test_inventory_has_the_router_and_the_bridge():
     # What a play on sender finds: its first link still leads straight to the
     # receiver, and across the bridge its neighbour is the receiver's end.
     debug = subprocess.run(
-        [os.path.join(ROOT, ".venv", "bin", "ansible"), "sender", "-m", "ansible.builtin.debug", "-a",
-         "msg={{ [lab_host_links[0].peer.ipv4] + lab_host_neighbours | map(attribute='peer') | map(attribute='ipv4') }}"],
+        ansible_cli("ansible") + [
+            "sender", "-m", "ansible.builtin.debug", "-a",
+            "msg={{ [lab_host_links[0].peer.ipv4] + lab_host_neighbours | map(attribute='peer') | map(attribute='ipv4') }}"],
         capture_output=True, text=True, cwd=ROOT, check=True,
         env=dict(env, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1"))
     shown = json.loads(debug.stdout)["plays"][0]["tasks"][0]["hosts"]["sender"]["msg"]

@@ -6,14 +6,17 @@ scrambled, or failed with a bare EINVAL; reset starts the changed map empty and 
 carries every entry into the new layout by field name, and what is counted between the copy and the swap too."""
 
 import json
+import os
 import struct
 
 import pytest
 
 from conftest import assert_rhythm, compile_bpf, sh
 from kernel_features import needs
+from test_tc_program import filters
 
-from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
 
 PROGRAM = r"""
 #include <linux/bpf.h>
@@ -518,51 +521,81 @@ def test_revision_previous_migrates_back_by_field_name(run, pair, objects, count
 
 
 # The steps of a migrating upgrade, in order (hooks/converge.py's fault points): the old pin set aside, the load
-# (libbpf makes the new maps, then loads the program), the copy midway, the swap, and before the old map is dropped.
+# (libbpf makes the new maps, then loads the program), the copy midway, the swap, the new program pinned, the record
+# written, and the old map's retirement, its point of no return.
 BEFORE_SWAP = ["maps_set_aside", "after_load", "during_copy"]
-AFTER_SWAP = ["after_swap", "before_retire"]
+AFTER_SWAP = ["after_swap", "after_attach", "after_pin", "before_record", "before_retire"]
 
 
 def pinned_names(counting):
     return sh("ls", "-A", counting["maps"]["stats"].rpartition("/")[0]).stdout.split()
 
 
+def attachment_pins(attached):
+    """Every pin of the attachment directory, by what it pins (kind, id), and its record by its content."""
+    out = {}
+    for base, _dirs, files in os.walk(attached["pin_dir"]):
+        for name in files:
+            path = os.path.join(base, name)
+            if name == "owner":
+                out[path] = _pins.Record(path).read()
+            else:
+                with _bpf.Fd.from_pin(path) as pinned:
+                    out[path] = pinned.identity()
+    return out
+
+
+def stop_at(run, module, args, point, fault, old_id, label):
+    """Run the upgrade stopped at point (fault: kill, SIGKILL with no undo; raise, an error with the failure path)
+    and check what it leaves at once: a failure anywhere puts the old program back with its maps (the upgrade's
+    message says so once the new program had been on the hook); a kill before the swap leaves the old program."""
+    from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge  # pylint: disable=import-outside-toplevel
+
+    stopped = run(module, args, env={_converge.FAULT_POINT_ENV: point if fault == "kill" else "raise:" + point})
+    if fault == "kill":
+        assert stopped.get("killed"), stopped
+        return
+    assert stopped.get("failed") and not stopped.get("changed"), stopped
+    undone = "; the upgrade was undone: the old program (id %d) is back on the %s hook of eth0 with its maps as " \
+             "they were" % (old_id, label) if point in AFTER_SWAP else ""
+    assert stopped["msg"] == "fault injected at %s%s" % (point, undone), stopped
+    assert "Traceback" not in json.dumps(stopped)
+
+
+def recovered(converged):
+    """What the run after a stopped one said of the map it found set aside."""
+    return [w.split(" (")[0] for w in converged.get("warnings", []) if w.startswith("map stats: an upgrade stopped")]
+
+
 @pytest.mark.parametrize("point", BEFORE_SWAP + AFTER_SWAP)
 @pytest.mark.parametrize("fault", ["kill", "raise"])
 def test_a_migrating_upgrade_stopped_at_each_step_converges_with_every_counter(run, pair, objects, counting, point,
                                                                                fault):
-    """Killed (SIGKILL: no undo) or failing at each step. Before the swap, a failure leaves the old program on the
-    hook with its map untouched; a kill leaves the map set aside, and the next run puts it back before it migrates
-    again. After the swap, the new program counts into the new map, and the next run drops the old one. Either
-    way the re-run converges with every frame counted once, and the one after changes nothing."""
-    from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge  # pylint: disable=import-outside-toplevel
-
+    """Killed (SIGKILL: no undo) or failing at each step. A failure anywhere, before the swap or after it, leaves
+    the old program on the hook with its map and every pin untouched (after the swap, the old program is swapped
+    back in, the new map dropped). A kill before the swap leaves the map set aside, and the next run puts it back
+    before it migrates again; a kill after it leaves the new program counting into the new map, and the next run
+    drops the old one. Either way the re-run converges with every frame counted once, and the one after changes
+    nothing."""
     args = dict(interface="eth0", netns=pair.rx, object=objects["swapped"], program="xdp_count_rec")
-    before = host(pair, counting)
-    stopped = run("xdp_program", args, env={_converge.FAULT_POINT_ENV: point if fault == "kill" else "raise:" + point})
-    if fault == "kill":
-        assert stopped.get("killed"), stopped
-    else:
-        assert stopped.get("failed") and "fault injected at %s" % point in stopped["msg"], stopped
-        assert "Traceback" not in json.dumps(stopped)
-    if point in BEFORE_SWAP:
+    before, pins_before = host(pair, counting), attachment_pins(counting)
+    stop_at(run, "xdp_program", args, point, fault, counting["id"], "XDP")
+    if fault == "raise":
+        assert host(pair, counting) == before and pinned_names(counting) == ["stats"], "its map untouched"
+        assert attachment_pins(counting) == pins_before, "its link, program pin, maps and record as they were"
+    elif point in BEFORE_SWAP:
         assert pair.xdp_prog_id() == counting["id"], "the old program stays on the hook"
-        if fault == "raise":
-            assert host(pair, counting) == before and pinned_names(counting) == ["stats"], "its map untouched"
     else:
         assert pair.xdp_prog_id() != counting["id"]
     send(run, pair, 50)  # counted by whichever program is on the hook, into its own map
     converged = run("xdp_program", args)
     assert not converged.get("failed") and converged["maps"] == counting["maps"], converged
-    recovered = [w for w in converged.get("warnings", []) if w.startswith("map stats: an upgrade stopped")]
-    if point in AFTER_SWAP:
-        assert [w.split(" (")[0] for w in recovered] == [
-            "map stats: an upgrade stopped after its swap left the old map set aside"], converged
-    elif fault == "kill":
-        assert [w.split(" (")[0] for w in recovered] == [
-            "map stats: an upgrade stopped before its swap had set the map aside"], converged
+    if fault == "raise":
+        assert recovered(converged) == [], "the failed run put its map back itself"
+    elif point in AFTER_SWAP:
+        assert recovered(converged) == ["map stats: an upgrade stopped after its swap left the old map set aside"]
     else:
-        assert recovered == [], "the failed run put its map back itself"
+        assert recovered(converged) == ["map stats: an upgrade stopped before its swap had set the map aside"]
     again = run("xdp_program", args)
     assert again["changed"] is False and not again.get("failed"), again
     assert pinned_names(counting) == ["stats"], "nothing set aside or half made is left"
@@ -570,3 +603,125 @@ def test_a_migrating_upgrade_stopped_at_each_step_converges_with_every_counter(r
     assert stats(run, pair) == [{"key": 0, "value": {"bytes": 150 * SIZE, "packets": 150}}]
     send(run, pair, 50)
     assert stats(run, pair) == [{"key": 0, "value": {"bytes": 200 * SIZE, "packets": 200}}]
+
+
+def tc_on_hook(pair, method):
+    """The programs on rx/eth0's tc ingress as the kernel lists them: tcx's, or the clsact filters'."""
+    if method == "tcx":
+        with _netns.netns(pair.rx):
+            return list(_bpf.tcx_query(_netns.ifindex("eth0"), _bpf.BPF_TCX_INGRESS)["prog_ids"])
+    return [f["options"]["prog"]["id"] for f in filters(pair.rx)]
+
+
+@pytest.mark.parametrize("point", ["after_load", "during_copy", "after_swap", "before_retire"])
+@pytest.mark.parametrize("fault", ["kill", "raise"])
+@pytest.mark.parametrize("method", [needs("tcx", "tcx"), "cls_bpf"])
+def test_a_migrating_tc_upgrade_stopped_at_each_step_converges_with_every_counter(run_distro, pair, tc_objects,
+                                                                                  method, fault, point):
+    """The same at tc ingress, held by a tcx link (updated back) or a cls_bpf filter (replaced back in its place),
+    under Debian's Python, at the steps issue 40 names (the XDP test above goes through every step)."""
+    run = run_distro
+    args = dict(interface="eth0", netns=pair.rx, program="tc_count_rec", method=method)
+    attached = run("tc_program", dict(args, object=tc_objects["v1"]))
+    assert attached["changed"] and not attached.get("failed") and attached["method"] == method, attached
+    send(run, pair, 100)
+    pin = attached["maps"]["stats"]
+    before = [attached["id"]], read_u64s(pin), attachment_pins(attached)
+    args["object"] = tc_objects["swapped"]
+    stop_at(run, "tc_program", args, point, fault, attached["id"], "tc")
+    if fault == "raise":
+        assert (tc_on_hook(pair, method), read_u64s(pin), attachment_pins(attached)) == before
+    elif point in BEFORE_SWAP:
+        assert tc_on_hook(pair, method) == [attached["id"]]
+    else:
+        assert len(tc_on_hook(pair, method)) == 1 and tc_on_hook(pair, method) != [attached["id"]]
+    send(run, pair, 50)
+    converged = run("tc_program", args)
+    assert not converged.get("failed") and converged["maps"] == attached["maps"], converged
+    assert bool(recovered(converged)) == (fault == "kill"), converged
+    again = run("tc_program", args)
+    assert again["changed"] is False and not again.get("failed"), again
+    assert tc_on_hook(pair, method) == [again["id"]] and again["id"] != attached["id"]
+    assert sh("ls", "-A", pin.rpartition("/")[0]).stdout.split() == ["stats"]
+    # swapped: bytes first now; 150 frames, each counted once.
+    assert read_u64s(pin)[bytes(4)] == (150 * SIZE, 150)
+
+
+REPLAYED = 3
+
+
+@pytest.fixture
+def replay_sample(pair, tmp_path):
+    """A pcap of UDP frames to the receiver, as the counting program counts them."""
+    from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames, pcap as _pcap  # pylint: disable=import-outside-toplevel
+
+    path = str(tmp_path / "udp.pcap")
+    frame = _frames.build_frame("udp", pair.tx_mac, pair.rx_mac, pair.tx_ip, pair.rx_ip, size=SIZE)
+    _pcap.write(path, [frame] * REPLAYED)
+    return path
+
+
+@pytest.fixture
+def counting_in_store(run, pair, objects, tmp_path):
+    """v1 on the receiver after 100 frames, its object kept in a store of the test's own (replay loads the
+    attached program from there)."""
+    store = str(tmp_path / "objects")
+    attached = run("xdp_program", dict(interface="eth0", netns=pair.rx, object=objects["v1"], program="xdp_count_rec",
+                                       object_store=store))
+    assert attached["changed"] and not attached.get("failed"), attached
+    send(run, pair, 100)
+    return dict(attached, object_store=store)
+
+
+@pytest.mark.parametrize("version", ["swapped", "added", "grown"])
+def test_replay_runs_a_candidate_whose_map_changed_over_a_migrated_copy(run, pair, objects, counting_in_store,
+                                                                        replay_sample, version):
+    """The candidate's stats is migrated from the private copy by field name, as its upgrade would migrate the
+    live one: both programs count the replayed frames alike, so, compared in the candidate's layout, no map
+    effect (read through the new layout, the swapped fields would differ in every counter); nothing changes on
+    the host. A program task's replay says the same before its upgrade."""
+    attached = counting_in_store
+    before = host(pair, attached)
+    args = dict(interface="eth0", netns=pair.rx, object=objects[version], program="xdp_count_rec",
+                object_store=attached["object_store"], pcap=replay_sample)
+    expected = [{"map": "stats", "outcome": "migrated", "entries_copied": 1,
+                 "changes": [change if change.startswith(("value", "max")) else "value" + change
+                             for change in CHANGES[version].split(", value")]}]
+    for check in (False, True):
+        replayed = run("replay", args, check=check)
+        assert not replayed.get("failed") and replayed["changed"] is False, replayed
+        assert replayed["map_migration"] == expected, replayed
+        assert replayed["verdicts"] == {"old": {"XDP_PASS": REPLAYED}, "new": {"XDP_PASS": REPLAYED}}, replayed
+        assert replayed["map_effects"] == {}, replayed
+        assert host(pair, attached) == before
+    task = dict(interface="eth0", netns=pair.rx, object=objects[version], program="xdp_count_rec",
+                object_store=attached["object_store"], replay=replay_sample)
+    predicted = run("xdp_program", task, check=True)
+    assert predicted["changed"] and predicted["replay"]["map_migration"] == expected, predicted
+    assert predicted["replay"]["map_effects"] == {}, predicted
+    assert host(pair, attached) == before
+    assert stats(run, pair) == [{"key": 0, "value": {"packets": 100, "bytes": 100 * SIZE}}]
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"map_migration": "refuse"}, "%(object)s declares its maps unlike the maps pinned in %(maps)s, and the program "
+                                  "would read their bytes through the new layout: map stats (%(maps)s/stats): value "
+                                  "field drops added (int, 8 bytes at 16). Nothing was changed; map_migration: "
+                                  "fields carries the entries over by field name, reset starts the map empty "
+                                  "(map_migration: refuse)"),
+    ({"map_rename": {"stat": {"packets": "pkts"}}}, "map_rename names map stat, which %(object)s does not have; its "
+                                                    "maps are stats"),
+    ({"map_migration": "sideways"}, "value of map_migration must be one of: fields, reset, refuse, got: sideways"),
+])
+def test_replay_refuses_what_the_upgrade_would_and_changes_nothing(run, pair, objects, counting_in_store,
+                                                                   replay_sample, extra, message):
+    attached = counting_in_store
+    before = host(pair, attached)
+    replayed = run("replay", dict(interface="eth0", netns=pair.rx, object=objects["added"], program="xdp_count_rec",
+                                  object_store=attached["object_store"], pcap=replay_sample, **extra))
+    assert replayed.get("failed") and replayed["msg"] == message % dict(
+        object=objects["added"], maps=attached["maps"]["stats"].rpartition("/")[0]), replayed
+    assert "Traceback" not in json.dumps(replayed)
+    assert host(pair, attached) == before
+    assert sh("ls", "-A", attached["pin_dir"].rpartition("/")[0].rpartition("/")[0]).stdout.split() == ["eth0"], \
+        "the replay's private pins are gone"

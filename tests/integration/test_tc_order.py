@@ -155,6 +155,37 @@ def test_three_named_programs_in_the_declared_order_around_a_foreign_one(
 
 
 @pytest.mark.kernel("tcx")
+def test_tagged_anchors_name_what_their_tag_says_and_nothing_else(run_distro, pair, tc_obj, foreign_obj, pin_root,
+                                                                  tmp_path):
+    """before/after tagged ({attachment:}, {program:}, {id:}) place each program where the tag says, in the
+    four-step rhythm; a foreign program called like one of our attachments is found by {program:} and never by
+    {attachment:}; a tag naming nothing there is an error that changes nothing."""
+    with foreign_tcx(pair, foreign_obj) as foreign:
+        steps = (("foreign_count", TCX_NEXT, dict(before={"id": foreign})),  # our attachment, called as the foreign
+                 ("second", TCX_NEXT, dict(after={"program": "foreign_count"})),  # program: the tag decides
+                 ("third", TC_SHOT, dict(after={"attachment": "foreign_count"})))
+        ours = {}
+        for name, action, order in steps:
+            ours[name] = assert_rhythm(run_distro, "tc_program", named(pair, tc_obj, name, action, **order))[0]
+        assert kernel_order(pair) == [ours["foreign_count"]["id"], ours["third"]["id"], foreign, ours["second"]["id"]]
+        gathered = run_distro("datapath", {"state": "gathered", "namespaces": [pair.rx]})["gathered"]["tc"]
+        assert {e["name"]: e.get("after") or e.get("before") for e in gathered} == {
+            "foreign_count": {"id": foreign}, "second": {"program": "foreign_count"},
+            "third": {"attachment": "foreign_count"}}, gathered
+        where = {"namespaces": [pair.rx], "pin_root": pin_root, "objects": str(tmp_path), "cache": str(tmp_path)}
+        before = pin_snapshot.snapshot(where)
+        for order, words in ((dict(before={"attachment": "nope"}), "before names attachment nope of ebpf.xdp, which "
+                                                                   "is not on it"),
+                             (dict(before={"program": "nope"}), "before names program 'nope', and no other program "
+                                                                "there is called so"),
+                             (dict(before={"tag": "x"}), "before takes one of {attachment: ..., program: ...")):
+            for check in (True, False):
+                res = run_distro("tc_program", named(pair, tc_obj, "fourth", TCX_NEXT, **order), check=check)
+                assert res.get("failed") and words in res["msg"] and not res.get("changed"), res
+                assert pin_snapshot.snapshot(where) == before
+
+
+@pytest.mark.kernel("tcx")
 def test_each_upgraded_under_traffic_while_the_others_count_every_frame(run_distro, pair, tc_obj, foreign_obj):
     """Each of ours upgraded in turn (a new program: an unrelated setting changed), with the four-step rhythm,
     while frames arrive: the link stays, so its place does, and no program of the chain misses a frame."""

@@ -441,6 +441,71 @@ def test_cache_serves_scrapes_within_its_interval(pair, run, drop_obj, workdir, 
         exp.stop()
 
 
+def test_default_cache_shows_a_program_attached_after_the_exporter_started(pair, run, drop_obj, workdir, pin_root):
+    # The role's defaults (cache_seconds 1) and an exporter that has served pages before the attach, as in the
+    # benchmark: a page older than its interval is never served again.
+    exp = Exporter(workdir, pin_root)
+    del exp.vars["xdp_metrics_cache_seconds"]
+    try:
+        exp.role()
+        assert not series(exp.scrape(), "ebpf_xdp_program_info", netns=pair.rx)
+        attach(run, pair, drop_obj)
+        time.sleep(1.5)
+        page = exp.scrape()
+        assert series(page, "ebpf_xdp_program_info", netns=pair.rx), (page, exp.log())
+    finally:
+        exp.stop()
+
+
+def test_no_page_older_than_the_cache_interval_while_scrapers_ask_and_programs_come_and_go(
+        pair, run, drop_obj, workdir, pin_root):
+    """Three scrapers asking all the time, as several Prometheus servers would, while a program is attached
+    and detached twice with the default cache (1 s): every page asked for more than 1 s after an attach or a
+    detach ended, and before the next began, shows the host as it then was."""
+    exp = Exporter(workdir, pin_root, xdp_metrics_netns=[pair.rx])
+    del exp.vars["xdp_metrics_cache_seconds"]
+    pages, stop = [], threading.Event()
+
+    def scraper():
+        while not stop.is_set():
+            asked = time.monotonic()
+            page = exp.scrape()
+            pages.append((asked, time.monotonic(), len(series(page, "ebpf_xdp_program_info", netns=pair.rx))))
+            time.sleep(0.05)
+
+    scrapers = [threading.Thread(target=scraper) for _scraper in range(3)]
+    changes = []  # (began, ended, programs attached after it)
+    try:
+        exp.role()
+        for thread in scrapers:
+            thread.start()
+        for _round in range(2):
+            began = time.monotonic()
+            attach(run, pair, drop_obj)
+            changes.append((began, time.monotonic(), 1))
+            time.sleep(2)
+            began = time.monotonic()
+            assert run("xdp_program", {"interface": "eth0", "netns": pair.rx, "state": "absent"})["changed"]
+            changes.append((began, time.monotonic(), 0))
+            time.sleep(2)
+    finally:
+        stop.set()
+        for thread in scrapers:
+            if thread.ident:
+                thread.join()
+        exp.stop()
+    changes.append((float("inf"), None, None))
+    judged, stale = 0, []
+    for asked, answered, shown in pages:
+        for (_began, ended, programs), (following, _ended, _programs) in zip(changes, changes[1:]):
+            # Known: from the end of a change to the start of the next. The page may be up to 1 s old.
+            if ended + 1.0 < asked and answered < following:
+                judged += 1
+                if shown != programs:
+                    stale.append((round(asked - ended, 3), shown, programs))
+    assert judged > 20 and not stale, (judged, stale, exp.log())
+
+
 # ---------------------------------------------------------------- bad configurations
 
 

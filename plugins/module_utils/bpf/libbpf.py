@@ -31,6 +31,7 @@ import struct
 import sys
 from typing import Iterator
 
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import session as _session
 from ansible_collections.ebpf.xdp.plugins.module_utils.host.netlink import XDP_ATTACHED_MODES
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
@@ -49,6 +50,7 @@ ATTACH_TYPES = {BPF_XDP: "xdp", BPF_TCX_INGRESS: "tcx_ingress", BPF_TCX_EGRESS: 
 # bpf() commands and flags used without libbpf (uapi/linux/bpf.h).
 BPF_PROG_QUERY = 16
 BPF_LINK_CREATE = 28
+BPF_COMMANDS = {BPF_PROG_QUERY: "prog_query", BPF_LINK_CREATE: "link_create"}  # the ones made without libbpf
 BPF_F_BEFORE = 1 << 3
 BPF_F_AFTER = 1 << 4
 BPF_F_ID = 1 << 5
@@ -385,6 +387,23 @@ def _print_hook(level, fmt, args):
 _print_cb = _PRINT_FN(_print_hook)
 
 
+# The entry points that go to the kernel, and how (see _session.count): each of the low-level API's is one bpf()
+# call (an object's load and a kernel BTF's read are several, counted as one); the XDP ones are netlink requests.
+ROUND_TRIPS = dict({name: "bpf" for name in _SIGNATURES if name.startswith("bpf_") and "__" not in name},
+                   bpf_object__load="bpf", btf__load_from_kernel_by_id="bpf",
+                   bpf_xdp_attach="netlink", bpf_xdp_detach="netlink", bpf_xdp_query="netlink")
+
+
+def _counted(kind: str, name: str, func):
+    """func, counted in the host session (a bpf() is ~1 us; the count a dict update)."""
+    what = name[len("bpf_"):] if name.startswith("bpf_") else name
+
+    def call(*args):
+        _session.count(kind, what)
+        return func(*args)
+    return call
+
+
 def lib() -> ctypes.CDLL:
     """Load libbpf once; raise ImportError when it is not installed."""
     global _lib, _libc
@@ -399,6 +418,8 @@ def lib() -> ctypes.CDLL:
                 raise ImportError("%s lacks %s; libbpf >= 1.0 is required" % (LIBBPF_SONAME, name))
             func.restype = restype
             func.argtypes = argtypes
+            if name in ROUND_TRIPS:
+                setattr(handle, name, _counted(ROUND_TRIPS[name], name, func))
         _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
         _libc.vsnprintf.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p]
         if PRINT_CALLBACKS:
@@ -1177,7 +1198,10 @@ class Link(Fd):
         """Attach prog to an interface hook (XDP: flags choose the mode) through a new link."""
         opts = _LinkCreateOpts(sz=ctypes.sizeof(_LinkCreateOpts), flags=flags)
         what = "attach %s link to ifindex %d" % (ATTACH_TYPES.get(attach_type, attach_type), ifindex)
-        return cls(_check(lib().bpf_link_create(prog.fd, ifindex, attach_type, ctypes.byref(opts)), what), what)
+        try:
+            return cls(_check(lib().bpf_link_create(prog.fd, ifindex, attach_type, ctypes.byref(opts)), what), what)
+        finally:
+            _session.wrote_hook(ifindex)
 
     @classmethod
     def create_tcx(cls, prog: Program, ifindex: int, attach_type: int, flags: int = 0,
@@ -1187,7 +1211,10 @@ class Link(Fd):
                                flags=flags | (BPF_F_ID if relative_id else 0), relative_fd_or_id=relative_id,
                                expected_revision=expected_revision)
         what = "attach %s link to ifindex %d" % (ATTACH_TYPES.get(attach_type, attach_type), ifindex)
-        return cls(_sys_bpf(BPF_LINK_CREATE, attr, what), what)
+        try:
+            return cls(_sys_bpf(BPF_LINK_CREATE, attr, what), what)
+        finally:
+            _session.wrote_hook(ifindex)
 
     def info(self) -> dict:
         """id, kind of link, program id, ifindex and attach type."""
@@ -1204,11 +1231,30 @@ class Link(Fd):
 
     def update(self, prog: Program) -> None:
         """Swap the program atomically: the hook is never without one."""
-        _check(lib().bpf_link_update(self.fd, prog.fd, None), "update link %s to program %s" % (self.label, prog.label))
+        ifindex = self._hook()
+        try:
+            _check(lib().bpf_link_update(self.fd, prog.fd, None),
+                   "update link %s to program %s" % (self.label, prog.label))
+        finally:
+            _session.wrote_hook(ifindex)
 
     def detach(self) -> None:
         """Detach now (unpinning alone releases the link later, after RCU and a workqueue)."""
-        _check(lib().bpf_link_detach(self.fd), "detach link %s" % self.label)
+        ifindex = self._hook()
+        try:
+            _check(lib().bpf_link_detach(self.fd), "detach link %s" % self.label)
+        finally:
+            _session.wrote_hook(ifindex)
+
+    def _hook(self) -> int | None:
+        """The interface whose hook the link holds, for the host session to forget that hook's state when the
+        link changes (None: any hook; outside a session, not asked)."""
+        if _session.active() is None:
+            return None
+        try:
+            return self.info()["ifindex"] or None
+        except BpfError:
+            return None
 
 
 def links() -> Iterator[dict]:
@@ -1236,6 +1282,7 @@ def _sys_bpf(cmd: int, attr: ctypes.Structure, what: str) -> int:
     if _syscall_libc is None:
         _syscall_libc = ctypes.CDLL(None, use_errno=True)
         _syscall_libc.syscall.restype = ctypes.c_long
+    _session.count("bpf", BPF_COMMANDS.get(cmd, str(cmd)))
     ret = _syscall_libc.syscall(ctypes.c_long(number), ctypes.c_int(cmd), ctypes.byref(attr),
                                 ctypes.c_uint(ctypes.sizeof(attr)))
     if ret < 0:
@@ -1278,8 +1325,11 @@ def xdp_attach_netlink(ifindex: int, prog: Program, flags: int, old_prog: Progra
     opts = _XdpAttachOpts(sz=ctypes.sizeof(_XdpAttachOpts), old_prog_fd=old_prog.fd if old_prog else 0)
     if old_prog is not None:
         flags |= XDP_FLAGS_REPLACE
-    _check(lib().bpf_xdp_attach(ifindex, prog.fd, flags, ctypes.byref(opts)),
-           "attach XDP program %s to ifindex %d over netlink" % (prog.label, ifindex))
+    try:
+        _check(lib().bpf_xdp_attach(ifindex, prog.fd, flags, ctypes.byref(opts)),
+               "attach XDP program %s to ifindex %d over netlink" % (prog.label, ifindex))
+    finally:
+        _session.wrote_hook(ifindex)
 
 
 def xdp_query(ifindex: int) -> dict:
@@ -1294,5 +1344,8 @@ def xdp_detach_netlink(ifindex: int, flags: int, old_prog: Program | None = None
     opts = _XdpAttachOpts(sz=ctypes.sizeof(_XdpAttachOpts), old_prog_fd=old_prog.fd if old_prog else 0)
     if old_prog is not None:
         flags |= XDP_FLAGS_REPLACE
-    _check(lib().bpf_xdp_detach(ifindex, flags, ctypes.byref(opts)),
-           "detach the XDP program of ifindex %d over netlink" % ifindex)
+    try:
+        _check(lib().bpf_xdp_detach(ifindex, flags, ctypes.byref(opts)),
+               "detach the XDP program of ifindex %d over netlink" % ifindex)
+    finally:
+        _session.wrote_hook(ifindex)

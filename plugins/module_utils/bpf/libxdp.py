@@ -27,6 +27,7 @@ import errno as errno_mod
 import glob
 import os
 
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import session as _session
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
@@ -75,6 +76,11 @@ _SIGNATURES = {
     "xdp_multiprog__attach_mode": (_I, [_P]),
 }
 
+# The entry points that go to the kernel (each several bpf() and netlink calls of libxdp's own, which the host
+# session cannot see: counted as one call each, see _session.count).
+ROUND_TRIPS = ("xdp_program__create", "xdp_program__from_fd", "xdp_program__from_id", "xdp_program__attach",
+               "xdp_program__detach", "xdp_multiprog__get_from_ifindex")
+
 _lib = None
 _messages = []
 
@@ -121,6 +127,8 @@ def lib() -> ctypes.CDLL:
             func = getattr(handle, name)
             func.restype = restype
             func.argtypes = argtypes
+            if name in ROUND_TRIPS:
+                setattr(handle, name, _bpf._counted("libxdp", name, func))  # pylint: disable=protected-access
         if _bpf.PRINT_CALLBACKS:
             handle.libxdp_set_print(_print_cb)
         _lib = handle
@@ -244,14 +252,20 @@ class Component:
     def attach(self, ifindex: int, mode: str) -> None:
         """Into the interface's dispatcher (built, or rebuilt with this program added, and swapped in atomically)."""
         take_messages()
-        _check(lib().xdp_program__attach(self._prog, ifindex, ATTACH_MODES[mode], 0),
-               "attach %s through libxdp's dispatcher on ifindex %d (%s)" % (self.what, ifindex, mode))
+        try:
+            _check(lib().xdp_program__attach(self._prog, ifindex, ATTACH_MODES[mode], 0),
+                   "attach %s through libxdp's dispatcher on ifindex %d (%s)" % (self.what, ifindex, mode))
+        finally:
+            _session.wrote_hook(ifindex)
 
     def detach(self, ifindex: int, mode: str) -> None:
         """Out of the interface's dispatcher (rebuilt without it; removed with the last program)."""
         take_messages()
-        _check(lib().xdp_program__detach(self._prog, ifindex, ATTACH_MODES[mode], 0),
-               "detach %s from libxdp's dispatcher on ifindex %d" % (self.what, ifindex))
+        try:
+            _check(lib().xdp_program__detach(self._prog, ifindex, ATTACH_MODES[mode], 0),
+                   "detach %s from libxdp's dispatcher on ifindex %d" % (self.what, ifindex))
+        finally:
+            _session.wrote_hook(ifindex)
 
 
 def _check(ret: int, what: str) -> int:

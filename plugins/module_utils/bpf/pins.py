@@ -52,7 +52,7 @@ import shutil
 from typing import Iterator
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import files as _files, names as _names, session as _session
-from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, record as _record
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 BPFFS_MOUNT = "/sys/fs/bpf"
@@ -60,7 +60,7 @@ DEFAULT_PIN_ROOT = BPFFS_MOUNT + "/ebpf_xdp"
 BPF_FS_MAGIC = 0xCAFE4A11
 LOCK_DIR = "/run/ebpf_xdp/locks"
 RECORD_SIZE = 4096
-RECORD_VERSION = 1
+RECORD_VERSION = _record.VERSION
 MANAGED_BY = "ebpf.xdp"
 
 
@@ -188,8 +188,9 @@ DIGEST_PLACES = ((), ("previous",), ("egress",))
 
 
 def check_record(record, path: str) -> dict:
-    """record, when this collection wrote it (managed_by), in a version it reads, with digests that are digests
-    (a record's digest becomes a file name in the object store); else PinError saying which and what to do."""
+    """record, when this collection wrote it (managed_by), in a version it reads, its fields of the types this
+    collection writes (bpf/record) and digests that are digests (a record's digest becomes a file name in the
+    object store); else PinError saying which and what to do."""
     if not isinstance(record, dict) or record.get("managed_by") != MANAGED_BY:
         raise PinError("ownership record %s was not written by %s (managed_by %r): the program there is not this "
                        "collection's; remove the record by hand if it should be"
@@ -209,6 +210,10 @@ def check_record(record, path: str) -> dict:
                            "written by this collection, remove it by hand"
                            % (path, ".".join(place + ("object_sha256",)),
                               holder.get("object_sha256") if isinstance(holder, dict) else holder))
+    wrong = _record.wrong_types(record)
+    if wrong:
+        raise PinError("ownership record %s: %s is not of a type this collection writes there; it was not written "
+                       "by this collection, remove it by hand" % (path, ", ".join(wrong)))
     return record
 
 
@@ -225,10 +230,30 @@ class Record:
     def exists(self) -> bool:
         return os.path.exists(self.path)
 
-    def read(self) -> dict | None:
+    def read(self) -> _record.OwnershipRecord | None:
         """The record, or None when there is none; PinError for one this collection did not write (see
-        check_record)."""
-        raw = _bpf.pinned_value(self.path, b"\0\0\0\0", RECORD_SIZE)
+        check_record). Within a host session read from bpffs once (see _session): kept with its pin's inode, so
+        that a pin removed or replaced is read again."""
+        session = _session.active()
+        if session is None:
+            return self._decode(self._read_value())
+        try:
+            pin = os.stat(self.path)
+        except FileNotFoundError:
+            return None
+        stamp = (pin.st_ino, pin.st_ctime_ns)
+        kept = session.records.get(self.path)
+        if kept is None or kept[0] != stamp:
+            kept = session.records[self.path] = (stamp, self._read_value())
+            session.reads[("record", self.path)] += 1
+        return self._decode(kept[1])
+
+    def _read_value(self) -> bytes | None:
+        _session.count("record", "read")
+        return _bpf.pinned_value(self.path, b"\0\0\0\0", RECORD_SIZE)
+
+    def _decode(self, raw: bytes | None) -> _record.OwnershipRecord | None:
+        """A new dict on every call (callers may change theirs)."""
         if raw is None:
             return None
         try:
@@ -237,7 +262,7 @@ class Record:
             record = json.loads(raw.split(b"\0", 1)[0].decode("utf-8"))
         except ValueError:
             raise PinError("ownership record %s is not readable JSON" % self.path)
-        return check_record(record, self.path)
+        return _record.OwnershipRecord(check_record(record, self.path))
 
     @staticmethod
     def encode(record: dict) -> bytes:
@@ -259,6 +284,10 @@ class Record:
             if not self.exists():
                 record_map.pin(self.path)
             record_map.update(b"\0\0\0\0", data)
+        session = _session.active()
+        if session is not None:  # what this run wrote, it knows without reading it back
+            pin = os.stat(self.path)
+            session.records[self.path] = ((pin.st_ino, pin.st_ctime_ns), data)
 
     def remove(self) -> None:
         if self.exists():
@@ -325,6 +354,8 @@ class PinDir:
         """Point the pin at path to obj (bpffs cannot rename over an existing pin)."""
         if os.path.exists(path):
             os.unlink(path)
+            if os.path.basename(path) == "link":
+                _session.wrote_hook(None)  # a link unpinned and not held elsewhere leaves its hook
         obj.pin(path)
 
     def detach_link(self) -> None:
@@ -385,8 +416,8 @@ def lock(netns_key: str, name: str) -> Iterator[None]:
     # through a link (O_NOFOLLOW, in a directory checked to be root's alone: host/files).
     with os.fdopen(_files.open_lock(path), "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
-        # What the session read before the lock, another run may have changed since: read it again.
-        _session.wrote()
+        # What the session read before the lock stands (see host/session: read once per task, forgotten
+        # per hook when written).
         try:
             yield
         finally:

@@ -52,10 +52,12 @@ import time
 from typing import Callable
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns, session as _session
+from ansible_collections.ebpf.xdp.plugins.module_utils.host.journal import Journal
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import (
-    bcc as _bcc, libbpf as _bpf, loader as _loader, pins as _pins)
+    bcc as _bcc, libbpf as _bpf, loader as _loader, pins as _pins, record as _record)
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import observed as _observed, revisions as _revisions
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf.compile import sha256_file
+from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 # The one reach above the hooks layer: the pinned maps' layouts come from maps/btf's walk (issue 39 moves the
 # comparison into the host state it reads once per task).
 from ansible_collections.ebpf.xdp.plugins.module_utils.maps import migration as _migration
@@ -97,8 +99,8 @@ def fault_point(name: str) -> None:
 
 
 # The largest placement a record can get, to check its size before the swap.
-WIDEST_PLACEMENT = {"attach": "x" * 16, "mode": "x" * 16, "link_id": 2 ** 32, "direction": "x" * 16,
-                    "priority": 2 ** 16, "handle": 2 ** 32, "verdict": "x" * 16}
+WIDEST_PLACEMENT = dict(_record.stored(holder="x" * 16, placement="x" * 16, link_id=2 ** 32), direction="x" * 16,
+                        priority=2 ** 16, handle=2 ** 32, verdict="x" * 16)
 
 
 @dataclasses.dataclass
@@ -412,8 +414,8 @@ class Converger:
         record = self.pins.record.read() or {}
         self.warnings.append("%s %s program id %d is ours but its record was not written (an interrupted run); "
                              "taken back" % (self.hook.ifname, self.hook.label, observed.prog_id))
-        record = dict(record, prog_id=observed.prog_id, attach=observed.holder, mode=observed.placement, tag=None,
-                      **observed.extra)
+        record = dict(record, **_record.stored(prog_id=observed.prog_id, holder=observed.holder,
+                                               placement=observed.placement), tag=None, **observed.extra)
         return dataclasses.replace(observed, record=record)
 
     @staticmethod
@@ -599,6 +601,7 @@ class Converger:
         if shared:
             created = _pins.make_dirs(self.maps_dir(shared)) + created
         attached = False
+        way_back: WayBack | None = None
         try:
             reset.set_aside()
             fault_point("maps_set_aside")
@@ -626,16 +629,20 @@ class Converger:
                 _pins.Record.encode(dict(record, **WIDEST_PLACEMENT))  # fail before the swap if it cannot fit
                 self._objects().keep(self.desired.path, record, self.object_data)  # a rollback finds it by digest
                 self.hook.prepare(loaded)
+                if reset.moved:
+                    # Until the old maps are retired, a migrating upgrade can go back: keep the old program.
+                    way_back = WayBack(self.hook, observed, old, record)
                 attachment = self._swap(action, observed, loaded.program)
                 attached = True
+                if way_back:
+                    way_back.swapped(action, attachment, loaded)
                 fault_point("after_swap")
                 try:
                     reset.add_gained()  # the old program no longer counts into the maps set aside
                 except (_migration.MigrationError, _bpf.BpfError) as exc:
-                    self.warnings.append("what the old maps counted between the copy and the swap could not be "
-                                         "added to the new ones: %s" % exc)
-                fault_point("before_retire")
-                reset.commit()  # the old program, and with it the maps set aside, is off the hook
+                    raise _migration.MigrationError(
+                        "what the old maps counted between the copy and the swap could not be added to the new "
+                        "ones: %s" % exc) from exc
                 fault_point("after_attach")
                 if attachment.program is not None:
                     with attachment.program:  # the hook's own copy is the program on the hook
@@ -645,19 +652,36 @@ class Converger:
                     self.pins.replace_pin(loaded.program, self.pins.prog_path)
                 loaded.pin_maps()  # bcc's tables, once their program is on the hook (libbpf pinned at load)
                 fault_point("after_pin")
-        except Exception:
+                record.update(attachment.as_record())
+                fault_point("before_record")
+                self.pins.record.write(record)
+                fault_point("before_retire")
+                # The point of no return of a migrating upgrade: the old maps, off the hook with the old program,
+                # are dropped.
+                reset.commit()
+        except Exception as exc:
             # Once the new program is on the hook, what this run pinned (its link, its maps) is the proof that
             # it is ours: the next run takes it back (adopt) instead of refusing it as another tool's. Only a
-            # failure before the attach removes what the run made.
+            # failure before the attach removes what the run made, and a migrating upgrade goes back whole.
+            if way_back is not None and attached:
+                try:
+                    self._go_back(way_back, reset)
+                except Exception as again:
+                    raise HookError("%s; putting the old program (id %d) and its maps back failed too: %s"
+                                    % (exc, observed.prog_id, again)) from exc
+                self._objects().release(record, old)
+                if isinstance(exc, (EbpfXdpError, OSError)):
+                    raise HookError("%s; the upgrade was undone: %s" % (exc, way_back.words(self.hook))) from exc
+                raise
             if not attached:
                 reset.undo()
                 if shared and self.maps_dir(shared) in created:
                     shutil.rmtree(self.maps_dir(shared))  # a new set: only this run's maps are in it
                 self.pins.undo(created)
             raise
-        record.update(attachment.as_record())
-        fault_point("before_record")
-        self.pins.record.write(record)
+        finally:
+            if way_back is not None:
+                way_back.close()
         self._objects().release(old, record)
         if observed.owned:
             self.release_maps(observed.record, shared)
@@ -665,6 +689,34 @@ class Converger:
                          placement=attachment.placement, holder=attachment.holder, link_id=attachment.link_id,
                          record=record, extra=attachment.extra, placement_key=self.hook.placement_key)
         return True, self.state(after)
+
+    def _go_back(self, way_back: WayBack, reset: _migration.Reset) -> None:
+        """A migrating upgrade that failed after its swap, before its point of no return: the old program back in
+        the new one's place (atomically where the swap was: the link updated back, the netlink program or filter
+        replaced back; otherwise detached and restored, as a failed reattach), its pin and the record as they
+        were, and the old maps under their names (the new ones dropped, with what the new program counted in
+        its moments on the hook)."""
+        attachment = way_back.attachment
+        on_hook = Observed(prog_id=way_back.new_id, placement=attachment.placement, holder=attachment.holder,
+                           link_id=attachment.link_id, record=way_back.record_after, extra=dict(attachment.extra),
+                           placement_key=self.hook.placement_key)
+        if way_back.old_prog is None:
+            self.hook.detach(on_hook)  # nothing was on the hook before
+            self.hook.cleanup()
+        elif way_back.action in (UPDATE_LINK, REPLACE):
+            self._swap(plan_swap(on_hook, True, False), on_hook, way_back.old_prog)
+        else:
+            self.hook.detach(on_hook)
+            self.hook.restore(way_back.observed, way_back.old_prog)
+        if way_back.old_pin is not None:
+            self.pins.replace_pin(way_back.old_pin, self.pins.prog_path)
+        elif os.path.exists(self.pins.prog_path):
+            os.unlink(self.pins.prog_path)
+        reset.undo()
+        if way_back.record_before is not None:
+            self.pins.record.write(way_back.record_before)
+        elif self.pins.record.exists():
+            os.unlink(self.pins.record.path)
 
     def _swap(self, action: str, observed: Observed, prog: _bpf.Program) -> Attachment:
         """Put prog on the hook in place of what was observed, as plan_swap decided."""
@@ -702,24 +754,69 @@ class Converger:
 
     def _reattach(self, observed: Observed, prog: _bpf.Program) -> Attachment:
         """A mode change, or a foreign link we cannot update: detach, attach, and put the old one back on failure."""
-        with self.hook.hold(observed.prog_id) as old:
+        attached = []
+
+        def attach():
+            attached.append(self.hook.attach(prog))
+
+        def empty(exc: Exception, failed: list[str]) -> HookError:
+            return HookError("%s; putting the old program (id %d) back failed too, so %s has none now: %s"
+                             % (exc, observed.prog_id, self.hook.ifname, failed[0]))
+
+        with self.hook.hold(observed.prog_id) as old, Journal() as journal:
             start = time.monotonic()  # the window is at most from before the detach to after the attach
             self.hook.detach(observed)
+            journal.did(lambda: self.hook.restore(observed, old), "the old program (id %d)" % observed.prog_id)
             try:
-                attachment = self.hook.attach(prog)
+                journal.run(attach, empty)
+            finally:
                 self.interrupted = time.monotonic() - start
-                self.warnings.append("%s was briefly without its %s program while switching %s (at most %.2f ms)" % (
-                    self.hook.ifname, self.hook.label, self.hook.switch_reason(observed), self.interrupted * 1000))
-            except Exception as exc:
-                self.interrupted = time.monotonic() - start
-                try:
-                    self.hook.restore(observed, old)
-                except Exception as again:
-                    raise HookError("%s; putting the old program (id %d) back failed too, so %s has none now: %s"
-                                    % (exc, observed.prog_id, self.hook.ifname, again)) from exc
-                raise
+        self.warnings.append("%s was briefly without its %s program while switching %s (at most %.2f ms)" % (
+            self.hook.ifname, self.hook.label, self.hook.switch_reason(observed), self.interrupted * 1000))
         self.hook.cleanup()  # what only the old placement needed (tc: a clsact of ours left empty)
-        return attachment
+        return attached[0]
+
+
+class WayBack:
+    """What a migrating upgrade needs to go back from its swap until its point of no return (the old maps retired,
+    its last step; see Converger._go_back): the old program and its pin, held open, and the record before and
+    after."""
+
+    def __init__(self, hook: HookAdapter, observed: Observed, record_before: dict | None, record_after: dict):
+        self.observed = observed
+        self.record_before = record_before
+        self.record_after = record_after
+        self.old_prog: _bpf.Program | None = None
+        self.old_pin: _bpf.Fd | None = None
+        # The swap's, once it happened.
+        self.action: str | None = None
+        self.attachment: Attachment | None = None
+        self.new_id = 0
+        try:
+            if observed.attached:
+                self.old_prog = hook.hold(observed.prog_id)
+            if os.path.exists(hook.pins.prog_path):
+                self.old_pin = _bpf.Fd.from_pin(hook.pins.prog_path)
+        except Exception:
+            self.close()
+            raise
+
+    def swapped(self, action: str, attachment: Attachment, loaded: _loader.Loaded) -> None:
+        self.action, self.attachment = action, attachment
+        self.new_id = attachment.program.info()["id"] if attachment.program is not None else loaded.info["id"]
+
+    def words(self, hook: HookAdapter) -> str:
+        if self.old_prog is None:
+            return "the new program is off the %s hook of %s again, and the old maps are back under their names" % (
+                hook.label, hook.ifname)
+        return "the old program (id %d) is back on the %s hook of %s with its maps as they were" % (
+            self.observed.prog_id, hook.label, hook.ifname)
+
+    def close(self) -> None:
+        for held in (self.old_prog, self.old_pin):
+            if held is not None:
+                held.close()
+        self.old_prog = self.old_pin = None
 
 
 class Held:

@@ -14,9 +14,12 @@ diff or the facts.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
-from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import session as _session
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import (
+    libbpf as _bpf, libxdp as _libxdp, pins as _pins, record as _record)
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import revisions as _revisions
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
@@ -40,9 +43,9 @@ class Observed:
 
     placement is how the program sits on the hook, in the hook's own word:
     XDP's mode (native, generic), tc's method (tcx, cls_bpf, act_bpf); holder
-    says what keeps it there (HELD_BY_LINK, HELD_BY_NETLINK). Records and
-    results keep their keys: the placement under the hook's word (placement_key),
-    the holder under "attach".
+    says what keeps it there (HELD_BY_LINK, HELD_BY_NETLINK), as the record
+    (bpf/record) names them too. Results keep their keys: the placement under
+    the hook's word (placement_key), the holder under "attach".
     """
 
     prog_id: int = 0
@@ -51,12 +54,15 @@ class Observed:
     placement: str | None = None
     holder: str | None = None
     link_id: int | None = None
-    record: dict | None = None
+    record: _record.OwnershipRecord | None = None
     map_ids: list[int] = dataclasses.field(default_factory=list)
     # Where on the hook, for hooks with more than one place (tc: direction, priority, handle, verdict).
     extra: dict = dataclasses.field(default_factory=dict)
     # What the placement is called in results and facts: XDP has a mode, tc a method.
     placement_key: str = "mode"
+
+    def __post_init__(self):
+        self.record = _record.of(self.record)
 
     @property
     def attached(self) -> bool:
@@ -80,8 +86,7 @@ class Attachment:
     program: _bpf.Program | None = None
 
     def as_record(self) -> dict:
-        # The record's keys from before the vocabulary: "attach" is the holder, "mode" the placement.
-        return dict(self.extra, attach=self.holder, mode=self.placement, link_id=self.link_id)
+        return dict(self.extra, **_record.stored(holder=self.holder, placement=self.placement, link_id=self.link_id))
 
 
 def report(observed: Observed) -> dict:
@@ -94,8 +99,8 @@ def report(observed: Observed) -> dict:
     state.update(observed.extra)
     record = observed.record
     if record:
-        if record.get("attachment"):
-            state["attachment"] = record["attachment"]  # one of several of ours on the hook (tc's option name)
+        if record.attachment:
+            state["attachment"] = record.attachment  # one of several of ours on the hook (tc's option name)
         state.update(object=record.get("object"), object_sha256=record.get("object_sha256"),
                      program=record.get("program_name"), constants=record.get("constants", {}),
                      **_revisions.report(record, observed.placement_key))
@@ -107,7 +112,7 @@ def report(observed: Observed) -> dict:
     return state
 
 
-def ownership(pins: _pins.PinDir, prog_id: int) -> dict | None:
+def ownership(pins: _pins.PinDir, prog_id: int) -> _record.OwnershipRecord | None:
     """Our record when it describes the live program, else None.
 
     A run interrupted between swapping the program and rewriting the record
@@ -116,13 +121,13 @@ def ownership(pins: _pins.PinDir, prog_id: int) -> dict | None:
     record = pins.record.read()
     if not record or not prog_id:
         return None
-    if record.get("prog_id") == prog_id:
+    if record.prog_id == prog_id:
         return record
-    if record.get("attach") == HELD_BY_LINK and pins.has_link():
+    if record.holder == HELD_BY_LINK and pins.has_link():
         with pins.open_link() as link:
             info = link.info()
         if info["prog_id"] == prog_id:
-            return dict(record, prog_id=prog_id, link_id=info["id"])
+            return record.but(prog_id=prog_id, link_id=info["id"])
     return None
 
 
@@ -142,6 +147,18 @@ def find_link(ifindex: int, prog_id: int, attach_type: str) -> int | None:
 # ---------------------------------------------------------------- XDP
 
 
+def xdp_state(ifindex: int) -> dict:
+    """What IFLA_XDP says of one interface (_bpf.xdp_query), read once per host session until its hook is
+    written."""
+    return _session.hook("xdp", ifindex, lambda: _bpf.xdp_query(ifindex))
+
+
+def dispatcher_chain(ifindex: int) -> dict | None:
+    """libxdp's dispatcher on one interface (_libxdp.dispatcher_chain), read once per host session until its hook
+    is written; a copy of its own for each caller."""
+    return copy.deepcopy(_session.hook("chain", ifindex, lambda: _libxdp.dispatcher_chain(ifindex)))
+
+
 def xdp_live(xdp: dict) -> tuple[int, str | None]:
     """(prog_id, mode) of what IFLA_XDP says (as _bpf.xdp_query or _netlink reads it); (0, None) for nothing."""
     prog_id = xdp["prog_id"] or xdp["native_prog_id"] or xdp["generic_prog_id"]
@@ -158,10 +175,10 @@ def observe_xdp(ifindex: int, xdp: dict, pins: _pins.PinDir) -> Observed:
         return Observed()
     link_id = None
     record = ownership(pins, prog_id)
-    if record and record.get("attach") == HELD_BY_LINK and pins.has_link():
+    if record and record.holder == HELD_BY_LINK and pins.has_link():
         # The record (or ownership(), from the pin) names the link that holds this very program.
-        link_id = record.get("link_id") or _pinned_link_id(pins)
-    elif not record or record.get("attach") != HELD_BY_NETLINK:
+        link_id = record.link_id or _pinned_link_id(pins)
+    elif not record or record.holder != HELD_BY_NETLINK:
         link_id = find_link(ifindex, prog_id, "xdp")
     info = _bpf.program_info(prog_id)
     return Observed(prog_id=prog_id, name=info["name"], tag=info["tag"], placement=mode, link_id=link_id,

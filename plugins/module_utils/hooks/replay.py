@@ -20,6 +20,12 @@ A map kind whose contents cannot be copied (a program array, a ring buffer,
 sockets, CPU maps, maps of maps) is refused, naming the map: a replay that
 quietly ran against an empty copy would report verdicts the live program
 never gives.
+
+A candidate that lays a map out otherwise gets, as its upgrade would, a map
+migrated from the private copy under map_migration (`maps/migration`: its
+entries carried by field name, or started empty, or refused), never the copy
+read through its own layout; the maps' effects compare such a map in the
+candidate's layout, the attached program's entries converted the same way.
 """
 
 from __future__ import annotations
@@ -38,6 +44,8 @@ from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge, revisions as _revisions
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import names as _names, netns as _netns
 from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import pcap as _pcap
+# Above the hooks layer as converge's own import of it: a candidate's changed maps migrate as its upgrade's would.
+from ansible_collections.ebpf.xdp.plugins.module_utils.maps import migration as _migration
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 XDP_VERDICTS = {0: "XDP_ABORTED", 1: "XDP_DROP", 2: "XDP_PASS", 3: "XDP_TX", 4: "XDP_REDIRECT"}
@@ -211,6 +219,22 @@ def _number(value) -> int | str:
     return b"".join(values).hex()
 
 
+def in_layout(entries: dict[bytes, object], copy: _migration.Copy, like: dict[bytes, object]) -> dict[bytes, object]:
+    """A map's entries (as snapshot() reads them) in the layout a migration carries them into; an array's
+    entries that only the new layout has (like: the migrated map's) zero, as the new array holds them."""
+    out = {}
+    for key, value in entries.items():
+        where = "map %s (replay), entry %s" % (copy.name, key.hex())
+        raws = value if isinstance(value, list) else [value]
+        converted = [copy.value.convert(raw, where) for raw in raws]
+        out[copy.key.convert(key, where)] = converted if isinstance(value, list) else converted[0]
+    if copy.array:
+        for key, value in like.items():
+            if key not in out:
+                out[key] = [bytes(len(v)) for v in value] if isinstance(value, list) else bytes(len(value))
+    return out
+
+
 def map_effects(start: dict, old_end: dict, new_end: dict) -> dict:
     """Per map and key whose value the two programs left differently: the value at the start, and what
     each program left (numbers where the value is a counter). Maps both left alike are not listed."""
@@ -234,10 +258,17 @@ def _shown(value):
 class Side:
     """One program loaded for replay, with its private maps pinned in a directory of its own."""
 
-    def __init__(self, label: str, loaded: _loader.Loaded, maps_dir: str):
+    def __init__(self, label: str, loaded: _loader.Loaded, maps_dir: str,
+                 reviews: list[_migration.Review] | None = None):
         self.label = label
         self.loaded = loaded
         self.maps_dir = maps_dir
+        # Each map against the live one, as the upgrade would see it (the candidate's; [] for the attached side).
+        self.reviews = reviews or []
+
+    def migrated(self) -> dict[str, _migration.Copy]:
+        """The maps whose entries were carried into another layout: name -> how."""
+        return {r.name: r.copy for r in self.reviews if r.copy is not None}
 
     def run(self, frame: bytes, ctx: bytes | None) -> tuple[int, bytes]:
         try:
@@ -284,9 +315,24 @@ def attached_object(record: dict, object_store: str) -> tuple[str, bytes]:
 @contextlib.contextmanager
 def load_side(label: str, path: str, program: str | None, prog_type: str, constants: dict, live_maps: str,
               directory: str, load_as: str | None = None, section: str | None = None,
-              data: bytes | None = None) -> Iterator[Side]:
+              data: bytes | None = None, migration: tuple[str, dict] | None = None) -> Iterator[Side]:
+    """One side loaded over private copies of the live maps. migration (the candidate's map_migration and
+    map_rename): the maps it lays out otherwise are migrated from the copies as its upgrade would migrate them
+    from the live maps."""
     maps_dir = os.path.join(directory, label, "maps")
     clone_maps(live_maps, maps_dir)
+    reviews: list[_migration.Review] = []
+    if migration is not None and os.listdir(maps_dir):
+        # Against the live maps, whose BTF says what their bytes mean (the copies have none), carried out on the
+        # copies.
+        policy, renames = migration
+        reviews = _migration.review(path, live_maps, policy, data, renames)
+        refused = _migration.refusal(path, live_maps, reviews)
+        if refused:
+            raise ReplayError("%s (map_migration: %s)" % (refused, policy))
+        reviews = [review.elsewhere(maps_dir) for review in reviews]
+    reset = _migration.Reset(reviews)
+    reset.set_aside()
     try:
         loaded = _loader.load(path, program, prog_type, constants, maps_dir=maps_dir, load_as=load_as,
                               section=section, data=data)
@@ -297,7 +343,9 @@ def load_side(label: str, path: str, program: str | None, prog_type: str, consta
                               "would compare nothing" % (label, path, exc))
         raise
     with loaded:
-        yield Side(label, loaded, maps_dir)
+        reset.copy()
+        reset.commit()
+        yield Side(label, loaded, maps_dir, reviews)
 
 
 # ---------------------------------------------------------------- the replay
@@ -327,6 +375,7 @@ def compare(frames: list[bytes], old: Side, new: Side, prog_type: str, ifindex: 
     frames of each), the frames whose bytes the two left differently, and the maps' effects."""
     names = verdict_names(prog_type)
     start = snapshot(old.maps_dir)
+    migrated = new.migrated()
     verdicts = {"old": collections.Counter(), "new": collections.Counter()}
     transitions: dict[str, dict] = {}
     rewritten = {"frames": 0, "examples": []}
@@ -351,6 +400,7 @@ def compare(frames: list[bytes], old: Side, new: Side, prog_type: str, ifindex: 
                 rewritten["examples"].append({"index": index, "verdict": old_name, "frame": frame.hex(),
                                               "old": old_out.hex(), "new": new_out.hex()})
     seconds = time.monotonic() - began
+    new_end = snapshot(new.maps_dir)
     for step in transitions.values():
         step["flows"] = [{"flow": flow, "frames": count} for flow, count in step["flows"].most_common(FLOWS)]
     return {
@@ -360,7 +410,10 @@ def compare(frames: list[bytes], old: Side, new: Side, prog_type: str, ifindex: 
         "verdicts": {side: dict(sorted(counts.items())) for side, counts in verdicts.items()},
         "transitions": dict(sorted(transitions.items())),
         "rewritten": rewritten,
-        "map_effects": map_effects(start, snapshot(old.maps_dir), snapshot(new.maps_dir)),
+        "map_effects": map_effects(*[{name: in_layout(entries, migrated[name], new_end.get(name, {}))
+                                      if name in migrated else entries for name, entries in taken.items()}
+                                     for taken in (start, snapshot(old.maps_dir))], new_end),
+        "map_migration": [review.report() for review in new.reviews],
     }
 
 
@@ -399,7 +452,7 @@ def run(params: dict) -> dict:
         if not record:
             raise NothingAttached("ebpf.xdp has no program on %s: replay compares a candidate with the program "
                                   "the collection attached there" % where)
-        load_as = "sched_act" if kind == "tc" and record.get("mode") == "act_bpf" else None
+        load_as = "sched_act" if kind == "tc" and record.placement == "act_bpf" else None
         constants = _loader.resolve_constants(params["constants"])
         live_maps = live_maps_dir(pins, record, key)
         kept, kept_data = attached_object(record, params["object_store"])
@@ -407,7 +460,9 @@ def run(params: dict) -> dict:
                 load_side("attached", kept, record.get("program_name"), prog_type,
                           record.get("resolved_constants") or {}, live_maps, directory, load_as, data=kept_data) as old, \
                 load_side("candidate", params["object"], params["program"], prog_type, constants, live_maps,
-                          directory, load_as, params.get("section")) as new:
+                          directory, load_as, params.get("section"),
+                          migration=(params.get("map_migration") or _migration.FIELDS,
+                                     params.get("map_rename") or {})) as new:
             result = compare(frames, old, new, prog_type, ifindex)
             candidate = {"object": params["object"], "program": new.loaded.name, "tag": new.loaded.info["tag"]}
     result.update(

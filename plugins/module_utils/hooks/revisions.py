@@ -49,7 +49,7 @@ import hashlib
 import os
 from typing import Iterator
 
-from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins, record as _record
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf.compile import sha256_file
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import files as _files, names as _names
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
@@ -65,7 +65,7 @@ HOOK_OPTIONS = {"requested_mode": "mode", "requested_method": "method", "request
 # Task options that name a program; revision: previous takes them from the revision instead.
 PROGRAM_OPTIONS = ("object", "program", "section", "constants", "shared_maps", "checksum")
 # What a kept revision holds beyond its identity.
-KEPT = ("revision", "program_name", "tag", "mode")
+KEPT = ("revision", "program_name", "tag", _record.STORED["placement"])
 # Identity keys that say nothing about which revision it is: resolved constants follow the interfaces of
 # today (an ifindex), so a revision put back is the same revision with freshly resolved constants; a tc
 # program's place among the others (before/after) is the task's, kept by an upgrade and by a rollback.
@@ -106,7 +106,8 @@ def rollback_params(params: dict, record: dict | None, where: str) -> dict:
     if not record:
         raise RevisionError("%s has no program attached by ebpf.xdp, so there is no previous revision to put back; "
                             "nothing was changed" % where)
-    target = record if record.get("rolled_back") else record.get("previous")
+    record = _record.of(record)
+    target = record if record.rolled_back else record.previous
     if not target:
         raise RevisionError("%s has revision %d only: no previous revision is kept (one is kept from the next "
                             "program put there on); nothing was changed" % (where, number(record)))
@@ -151,7 +152,7 @@ def module_rules(rules: dict) -> dict:
 
 def number(record: dict) -> int:
     """A record's revision number; records written before revisions existed are revision 1."""
-    return record.get("revision") or 1
+    return _record.of(record).revision
 
 
 def same_revision(revision: dict, identity: dict) -> bool:
@@ -174,36 +175,39 @@ def advance(old: dict | None, identity: dict, rollback: bool, new_program: bool 
     swaps the two and marks the rollback; anything else is a new revision.
     """
     if not old:
-        return {"revision": 1, "previous": None, "rolled_back": False}
-    previous = old.get("previous")
+        return _record.stored(revision=1, previous=None, rolled_back=False)
+    old = _record.of(old)
+    previous = old.previous
     if same_revision(old, identity) or (not new_program and not rollback):
-        return {"revision": number(old), "previous": previous, "rolled_back": bool(old.get("rolled_back"))}
+        return _record.stored(revision=old.revision, previous=previous, rolled_back=old.rolled_back)
     if rollback and previous and same_revision(previous, identity):
-        return {"revision": number(previous), "previous": as_previous(old, identity), "rolled_back": True}
-    top = max(number(old), number(previous) if previous else 0)
-    return {"revision": top + 1, "previous": as_previous(old, identity), "rolled_back": False}
+        return _record.stored(revision=previous.revision, previous=as_previous(old, identity), rolled_back=True)
+    top = max(old.revision, previous.revision if previous else 0)
+    return _record.stored(revision=top + 1, previous=as_previous(old, identity), rolled_back=False)
 
 
 def shape(record: dict | None, placement_key: str = "mode") -> dict | None:
     """A revision as results and facts show it (the current one of a record, or a kept `previous`)."""
     if not record:
         return None
-    return {"number": number(record), "object": record.get("object"), "object_sha256": record.get("object_sha256"),
-            "program": record.get("program_name"), "section": record.get("section"),
+    record = _record.of(record)
+    return {"number": record.revision, "object": record.get("object"), "object_sha256": record.get("object_sha256"),
+            "program": record.program_name, "section": record.get("section"),
             "constants": record.get("constants") or {},
-            placement_key: record.get("mode"), "rolled_back": bool(record.get("rolled_back"))}
+            placement_key: record.placement, "rolled_back": record.rolled_back}
 
 
 def report(record: dict, placement_key: str = "mode") -> dict:
     """The `revision` and `previous_revision` of an attachment our record describes."""
-    return {"revision": shape(record, placement_key), "previous_revision": shape(record.get("previous"),
+    return {"revision": shape(record, placement_key), "previous_revision": shape(_record.of(record).previous,
                                                                                  placement_key)}
 
 
 def preview(old: dict | None, identity: dict, rollback: bool, program_name: str, mode: str | None,
             placement_key: str = "mode") -> dict:
     """Check mode: the revisions a run would leave."""
-    record = dict(identity, program_name=program_name, mode=mode, **advance(old, identity, rollback))
+    record = dict(identity, **_record.stored(program_name=program_name, placement=mode),
+                  **advance(old, identity, rollback))
     return report(record, placement_key)
 
 

@@ -38,7 +38,8 @@ import errno
 import os
 import platform
 
-from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, loader as _loader, pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import (
+    libbpf as _bpf, loader as _loader, pins as _pins, record as _record)
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf.compile import sha256_file
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import tc_hooks as _tc_hooks, tc_netlink as _tc_netlink
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.converge import HookAdapter, register
@@ -51,17 +52,57 @@ CLSACT_RECORD = "clsact"
 ORDER_FLAGS = {"before": _bpf.BPF_F_BEFORE, "after": _bpf.BPF_F_AFTER}
 # What the kernel keeps of a program's name (BPF_OBJ_NAME_LEN, with its NUL).
 PROGRAM_NAME_LENGTH = 15
+# What before/after may name, tagged ({attachment: NAME}, {program: NAME}, {id: ID}): an attachment of ebpf.xdp on
+# the hook, another program by its name, a program by its id; each looked up as that and nothing else.
+ANCHOR_KINDS = ("attachment", "program", "id")
 
 
-def find_anchor(anchor: int | str, tcx_ids: list[int], own_id: int, siblings: dict[str | None, dict],
+def anchor_of(value) -> tuple[str | None, int | str]:
+    """(kind, what) of a before/after value: a tagged one's kind, or None for a plain one (an attachment's name,
+    else a program's name, else digits as an id, as before tags existed)."""
+    if isinstance(value, dict) and len(value) == 1:
+        [(kind, named)] = value.items()
+        return kind, named
+    return None, value
+
+
+def anchor_attachment(value) -> str | None:
+    """The attachment of ebpf.xdp a before/after value may name (datapath orders its entries by it)."""
+    kind, named = anchor_of(value)
+    return named if kind in (None, "attachment") and isinstance(named, str) else None
+
+
+def check_anchor(option: str, value, own_name: str | None) -> None:
+    """HookError for a before/after value that names nothing it could (see anchor_of), or this attachment."""
+    tags = "{%s}" % ", ".join("%s: ..." % kind for kind in ANCHOR_KINDS)
+    if isinstance(value, dict):
+        if len(value) != 1 or next(iter(value)) not in ANCHOR_KINDS:
+            raise HookError("%s takes one of %s, or a plain name or id, not %r" % (option, tags, value))
+        kind, named = anchor_of(value)
+        if kind == "id" and (isinstance(named, bool) or not isinstance(named, int) or named <= 0):
+            raise HookError("%s: id takes a program's id, a positive integer, not %r" % (option, named))
+        if kind != "id" and (not isinstance(named, str) or not named):
+            raise HookError("%s: %s takes a name, not %r" % (option, kind, named))
+        if kind == "attachment":
+            _pins.check_attachment_name(named)
+    elif isinstance(value, bool) or not isinstance(value, (int, str)) or value in ("", 0) \
+            or isinstance(value, int) and value < 0:
+        raise HookError("%s names an attachment of ebpf.xdp on the hook by its name, or another program there by its "
+                        "id or its name (or tagged, %s), not %r" % (option, tags, value))
+    if own_name is not None and anchor_attachment(value) == own_name:
+        raise HookError("%s names this attachment itself; name another program on the hook" % option)
+
+
+def find_anchor(anchor: int | str | dict, tcx_ids: list[int], own_id: int, siblings: dict[str | None, dict],
                 program_name, where: str, option: str) -> int:
     """The id of the program on the tcx hook that before/after (option) names, or HookError saying why none.
 
     tcx_ids: the hook's programs in run order; own_id: this attachment's program (0: none yet), never an
     anchor; siblings: the records of the collection's other attachments on the hook, by name (None: the unnamed
-    one); program_name(id): a program's name as the kernel keeps it. An anchor is, in this order: an attachment
-    of ours by its name; another program by its name (the collection's own programs left out, so that a program
-    name shared with ours still finds the other program); a program by its id (an int, or a string of digits).
+    one); program_name(id): a program's name as the kernel keeps it. A plain anchor is, in this order: an
+    attachment of ours by its name; another program by its name (the collection's own programs left out, so that
+    a program name shared with ours still finds the other program); a program by its id (an int, or a string of
+    digits). A tagged one (anchor_of) is looked up as what its tag says only.
     """
     def by_id(prog_id: int) -> int:
         if prog_id == own_id:
@@ -72,17 +113,21 @@ def find_anchor(anchor: int | str, tcx_ids: list[int], own_id: int, siblings: di
                             % (where, option, prog_id, holding(tcx_ids, program_name)))
         return prog_id
 
-    if isinstance(anchor, int):
+    kind, anchor = anchor_of(anchor)
+    if kind == "id" or isinstance(anchor, int):
         return by_id(anchor)
-    if anchor in siblings:
-        record = siblings[anchor]
-        if record.get("mode") != "tcx" or record.get("prog_id") not in tcx_ids:
+    if kind == "attachment" and anchor not in siblings:
+        raise HookError("%s: %s names attachment %s of ebpf.xdp, which is not on it (it holds %s); nothing was changed"
+                        % (where, option, anchor, holding(tcx_ids, program_name)))
+    if kind != "program" and anchor in siblings:
+        record = _record.of(siblings[anchor])
+        if record.placement != "tcx" or record.prog_id not in tcx_ids:
             raise HookError("%s: %s names attachment %s of ebpf.xdp, which is not a tcx program there (%s): only tcx "
                             "programs are ordered relative to each other, filters run after them; nothing was changed"
-                            % (where, option, anchor, "method %s" % record.get("mode") if record.get("mode") != "tcx"
+                            % (where, option, anchor, "method %s" % record.placement if record.placement != "tcx"
                                else "not attached"))
-        return record["prog_id"]
-    ours = {record.get("prog_id") for record in siblings.values()} | {own_id}
+        return record.prog_id
+    ours = {_record.of(record).prog_id for record in siblings.values()} | {own_id}
     named = [prog_id for prog_id in tcx_ids if prog_id not in ours
              and program_name(prog_id) == anchor[:PROGRAM_NAME_LENGTH]]
     if len(named) == 1:
@@ -90,6 +135,9 @@ def find_anchor(anchor: int | str, tcx_ids: list[int], own_id: int, siblings: di
     if named:
         raise HookError("%s: %s %r names %d programs there (ids %s): name one by its id; nothing was changed"
                         % (where, option, anchor, len(named), ", ".join(map(str, named))))
+    if kind == "program":
+        raise HookError("%s: %s names program %r, and no other program there is called so (it holds %s); nothing "
+                        "was changed" % (where, option, anchor, holding(tcx_ids, program_name)))
     if anchor.isdigit():
         return by_id(int(anchor))
     raise HookError("%s: %s %r names nothing there: no attachment of ebpf.xdp with that name (name: on its task) "
@@ -173,13 +221,7 @@ class TcHook(HookAdapter):
         if len(given) > 1:
             raise HookError("before and after are mutually exclusive: give one of them")
         for option in given:
-            anchor = p[option]
-            if isinstance(anchor, bool) or not isinstance(anchor, (int, str)) or anchor in ("", 0) \
-                    or isinstance(anchor, int) and anchor < 0:
-                raise HookError("%s names an attachment of ebpf.xdp on the hook by its name, or another program "
-                                "there by its id or its name, not %r" % (option, anchor))
-            if anchor == p.get("name"):
-                raise HookError("%s names this attachment itself; name another program on the hook" % option)
+            check_anchor(option, p[option], p.get("name"))
             if p["method"] in FILTER_KINDS:
                 raise HookError("%s places a program among the programs of the tcx hook; %s filters run in priority "
                                 "order (after every tcx program): give priority instead, lower runs first"
@@ -236,14 +278,14 @@ class TcHook(HookAdapter):
         if self.method != "tcx":
             priority, handle = self._spot(record)
             # Another attachment of ours in that place is never this one's to take (refuse() says so).
-            theirs = {r.get("prog_id") for r in self.siblings().values()}
+            theirs = {_record.of(r).prog_id for r in self.siblings().values()}
             there = [p for p in programs if p["method"] in FILTER_KINDS and p["priority"] == priority
                      and self._same_handle(p["handle"], handle) and p["prog_id"] not in theirs]
             if there:
                 return _tc_hooks.observe_tc(there[0], self.direction, None)
         return Observed(placement_key="method")
 
-    def siblings(self) -> dict[str | None, dict]:
+    def siblings(self) -> dict[str | None, _record.OwnershipRecord]:
         """The records of the collection's other attachments on this hook, by name (None: the unnamed one)."""
         if self.pins is None:
             return {}
@@ -274,9 +316,10 @@ class TcHook(HookAdapter):
                             % (which, record["program_name"], record.get("object")))
 
     def _resolve_method(self, record: dict | None) -> None:
+        record = _record.of(record)
         if self.requested == "auto":
-            if record and record.get("mode"):
-                self.method = record["mode"]
+            if record and record.placement:
+                self.method = record.placement
             else:
                 self.method = "tcx" if _tc_hooks.tcx_supported(self.ifindex) else "cls_bpf"
         elif self.requested == "tcx" and self.present and not _tc_hooks.tcx_supported(self.ifindex):
@@ -284,7 +327,7 @@ class TcHook(HookAdapter):
                             "Use method: cls_bpf, or auto" % platform.release())
         if self.present and self.order and self.method != "tcx":
             option = self.order[0]
-            if record and record.get("mode") == self.method:
+            if record and record.placement == self.method:
                 raise HookError("%s places a program on the tcx hook, and this attachment is a %s filter (method auto "
                                 "keeps the method of an attached program): remove it first (state: absent), or "
                                 "place it by priority; nothing was changed" % (option, self.method))
@@ -298,7 +341,7 @@ class TcHook(HookAdapter):
         Without a record at all (killed before the first one was written), the
         link is found here and the converger adopts it (Converger.adopt).
         """
-        if not self.pins.has_link() or (record and record.get("mode") != "tcx"):
+        if not self.pins.has_link() or (record and _record.of(record).placement != "tcx"):
             return []
         with self.pins.open_link() as link:
             info = link.info()
@@ -326,7 +369,8 @@ class TcHook(HookAdapter):
         """Where our filter goes: as the task says, else where it was, else the first free priority."""
         if self.priority and self.handle:
             return self.priority, self.handle
-        if record and record.get("priority") and record.get("mode") == self.method:
+        record = _record.of(record)
+        if record and record.get("priority") and record.placement == self.method:
             return self.priority or record["priority"], self.handle or record["handle"]
         taken = {f["prio"] for f in _tc_netlink.filters(self.ifindex, self.direction)}
         return self.priority or min(set(range(1, len(taken) + 2)) - taken), self.handle or 1
@@ -361,7 +405,8 @@ class TcHook(HookAdapter):
             return
         priority = self._spot(None if observed.owned else self.pins.record.read())[0]
         for name, record in self.siblings().items():
-            if record.get("mode") in FILTER_KINDS and record.get("priority") == priority:
+            record = _record.of(record)
+            if record.placement in FILTER_KINDS and record.get("priority") == priority:
                 raise HookError("%s %s: priority %d is taken by %s of ebpf.xdp on this hook; each attachment needs "
                                 "a priority of its own (lower runs first): choose another (nothing was changed)"
                                 % (self.ifname, self.direction, priority,

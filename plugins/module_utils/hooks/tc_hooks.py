@@ -18,7 +18,7 @@ import os
 import platform
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import session as _session
-from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, record as _record
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import tc_netlink as _tc_netlink
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.observed import HELD_BY_LINK, HELD_BY_NETLINK, Observed
 
@@ -66,7 +66,7 @@ def tc_programs(ifindex: int, direction: str) -> list[dict]:
     """
     found = []
     if tcx_supported(ifindex):
-        hook = _bpf.tcx_query(ifindex, TC_DIRECTIONS[direction])
+        hook = _session.hook("tcx", ifindex, lambda: _bpf.tcx_query(ifindex, TC_DIRECTIONS[direction]), direction)
         found += [{"method": "tcx", "prog_id": prog_id, "link_id": link_id or None}
                   for prog_id, link_id in zip(hook["prog_ids"], hook["link_ids"])]
     for tc_filter in _tc_netlink.filters(ifindex, direction):
@@ -91,7 +91,8 @@ def observe_tc(entry: dict, direction: str, record: dict | None) -> Observed:
 
 def tc_owned(entry: dict, record: dict | None) -> bool:
     """Whether our record describes this program in this place."""
-    if not record or record.get("prog_id") != entry["prog_id"] or record.get("mode") != entry["method"]:
+    record = _record.of(record)
+    if not record or record.prog_id != entry["prog_id"] or record.placement != entry["method"]:
         return False
     return entry["method"] == "tcx" or (record.get("priority"), record.get("handle")) == \
         (entry.get("priority"), entry.get("handle"))

@@ -48,6 +48,9 @@ from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpErr
 # rtnetlink message types (uapi/linux/rtnetlink.h).
 RTM_NEWQDISC, RTM_DELQDISC, RTM_GETQDISC = 36, 37, 38
 RTM_NEWTFILTER, RTM_DELTFILTER, RTM_GETTFILTER = 44, 45, 46
+# Each request by what it does, as the host session counts it.
+REQUESTS = {RTM_NEWQDISC: "new qdisc", RTM_DELQDISC: "delete qdisc", RTM_GETQDISC: "qdiscs",
+            RTM_NEWTFILTER: "new filter", RTM_DELTFILTER: "delete filter", RTM_GETTFILTER: "filters"}
 
 # The hook qdisc (clsact or the plain ingress qdisc) and clsact's two parents (uapi/linux/pkt_sched.h).
 TCA_KIND = 1
@@ -125,6 +128,7 @@ def _socket():
 
 def _request(ipr, msg, msg_type: int, flags: int) -> list:
     messages = _messages()
+    _session.count("netlink", REQUESTS.get(msg_type, str(msg_type)))
     try:
         return messages.request(ipr, msg, msg_type, flags)
     except messages.NetlinkError as exc:

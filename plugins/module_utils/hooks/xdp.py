@@ -59,7 +59,7 @@ class XdpHook(HookAdapter):
     # ------------------------------------------------------------ reading and comparing
 
     def observe(self) -> Observed:
-        return _observed.observe_xdp(self.ifindex, _bpf.xdp_query(self.ifindex), self.pins)
+        return _observed.observe_xdp(self.ifindex, _observed.xdp_state(self.ifindex), self.pins)
 
     def refuse(self, observed: Observed) -> None:
         if observed.placement == "offload":

@@ -74,7 +74,7 @@ class XdpDispatcherHook:
     # ------------------------------------------------------------ reading and comparing
 
     def chain(self) -> dict | None:
-        return _libxdp.dispatcher_chain(self.ifindex)
+        return _observed.dispatcher_chain(self.ifindex)
 
     def observe(self) -> Observed:
         """Our program among the dispatcher's: the one our record names or, left by a run killed between the
@@ -83,8 +83,7 @@ class XdpDispatcherHook:
         chain = self.chain() if _libxdp.available() and self.pins.exists() else None
         orphan = None
         for component in (chain or {}).get("programs", []):
-            with _bpf.Program.from_id(component["id"]) as prog:
-                info = prog.info()
+            info = _bpf.program_info(component["id"])
             found = Observed(prog_id=component["id"], name=info["name"], tag=info["tag"], placement=chain["mode"],
                              holder=HELD_BY_DISPATCHER, map_ids=info["map_ids"],
                              extra={"priority": component["priority"],
@@ -115,7 +114,7 @@ class XdpDispatcherHook:
                     raise HookError("%s has no BTF, which libxdp's dispatcher needs to run its program as attachment "
                                     "%s (compile it with -g, as ebpf.xdp.bpf_object does); nothing was changed"
                                     % (self.object_path, self.attachment))
-        prog_id, _mode = _observed.xdp_live(_bpf.xdp_query(self.ifindex))
+        prog_id, _mode = _observed.xdp_live(_observed.xdp_state(self.ifindex))
         chain = self.chain()
         if prog_id and chain is None:
             with _bpf.Program.from_id(prog_id) as prog:

@@ -19,11 +19,15 @@ import os
 import socket
 import struct
 
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import session as _session
+
 NLMSG_ERROR, NLMSG_DONE = 2, 3
 NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP = 0x1, 0x4, 0x300
 NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 0x100, 0x200, 0x400  # of a new-object request
 NLA_TYPE_MASK = 0x3FFF  # without NLA_F_NESTED and NLA_F_NET_BYTEORDER
 _ATTR_HEADER = struct.Struct("=HH")  # struct nlattr: length, type
+# What a dump request is, as the host session counts it.
+DUMPS = {18: "links", 38: "qdiscs"}  # RTM_GETLINK, RTM_GETQDISC
 
 
 def attr(kind: int, payload: bytes) -> bytes:
@@ -56,6 +60,7 @@ def dump(request: int, header: bytes, what: str, attrs: bytes = b"",
     current namespace: each answer's family header (as long as the request's: struct ifinfomsg, struct
     tcmsg, ...) and its attributes (see attributes() for wanted). attrs: the request's own (packed with
     attr())."""
+    _session.count("netlink", DUMPS.get(request, str(request)))
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as sock:
         sock.bind((0, 0))
         body = header + attrs

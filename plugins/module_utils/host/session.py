@@ -8,19 +8,34 @@
 Private to the ebpf.xdp collection: the interface may change without notice.
 
 Inside `with host():` (a program module's converge, a datapath task, the
-facts) the netlink traffic of a run goes through one socket per network
-namespace, opened on first use, and the tc dumps (every qdisc of a
-namespace, the filters of one hook) are read once: a write in a namespace
-forgets that namespace's dumps of what it changed (a filter's, the filter
-dumps; a qdisc's, all), so the next read sees what the write did.
-Whether the kernel has tcx is asked once. Outside of a session every call
-opens its own socket and reads afresh, as a one-off call should. Which
-namespace a thread is in is read once too, and again after host/netns
-moves it (moved()): a stat of /proc/thread-self/ns/net per dump was ~7%
-of the exporter's scrape.
+facts) the host is read once per task: the netlink traffic of a run goes
+through one socket per network namespace, opened on first use; the tc dumps
+(every qdisc of a namespace, the filters of one hook) and each hook's own
+state (XDP's IFLA_XDP, a tcx hook's programs, libxdp's dispatcher: dumps
+of kind `hook:...`, keyed by ifindex) are read once; and the ownership
+records (bpf/pins) are read once each, kept by path with the pin's inode
+(a record unpinned, re-pinned or pinned anew is read again; one this run
+writes is kept as written). What a write changes is forgotten, and only
+that: a filter's write, the filter dumps; a qdisc's, all dumps of the
+namespace; a hook's (wrote_hook(ifindex), said by the libbpf and libxdp
+bindings at each attach, update and detach), that hook's state; so the
+next read sees what the write did. Taking a lock forgets nothing: what a
+concurrent run changes between this run's read and its lock, the kernel's
+atomic swaps refuse (a REPLACE expects the old program, a tcx attach the
+hook's revision) or the lock orders after it, as though this run had read
+first. Whether the kernel has tcx is asked once. Outside of a session every
+call opens its own socket and reads afresh, as a one-off call should (the
+exporter reads records anew on each scrape). Which namespace a thread is in
+is read once too, and again after host/netns moves it (moved()): a stat of
+/proc/thread-self/ns/net per dump was ~7% of the exporter's scrape.
 
-`counts` says how often the run went to the kernel (sockets opened, dumps
-read, tcx probes): the tests assert round trips with it.
+`counts` says how often the run went to the kernel: sockets opened, dumps
+read, tcx probes, and every call that costs a system call: `bpf` (each
+bpf() the libbpf binding makes, by command under `bpf:<call>`), `netlink`
+(each netlink request, by kind under `netlink:<what>`), `libxdp:<call>`
+(calls into libxdp, which makes its own bpf() calls), `record` (ownership
+records read from bpffs). The tests and tests/benchmarks/datapath.py
+assert and print round trips with it.
 """
 
 from __future__ import annotations
@@ -63,6 +78,11 @@ class Session:
         self.dumps: dict[tuple, object] = {}
         self.probes: dict[str, object] = {}
         self.counts: collections.Counter = collections.Counter()
+        # How often each dump (by its key, namespace first) and each record (("record", path)) was read: the
+        # tests assert that a no-change task reads each once.
+        self.reads: collections.Counter = collections.Counter()
+        # path -> (the pin's (inode, ctime), the record's raw value as read or written); see bpf/pins.Record.
+        self.records: dict[str, tuple[tuple[int, int], bytes]] = {}
         self.where: dict[int, tuple[int, int]] = {}  # thread -> its namespace (current_netns), until it moves
 
     def netns(self) -> tuple[int, int]:
@@ -87,6 +107,7 @@ class Session:
         if where not in self.dumps:
             self.dumps[where] = read()
             self.counts["dump:" + key[0]] += 1
+            self.reads[where] += 1
         return self.dumps[where]
 
     def wrote(self, kind: str | None = None) -> None:
@@ -95,6 +116,17 @@ class Session:
         netns = self.netns()
         self.dumps = {key: value for key, value in self.dumps.items()
                       if key[0] != netns or kind not in (None, key[1])}
+
+    def count(self, kind: str, what: str) -> None:
+        self.counts[kind] += 1
+        self.counts[kind + ":" + what] += 1
+
+    def wrote_hook(self, ifindex: int | None) -> None:
+        """A hook of the interface ifindex in the current namespace changed (None: of any interface there): its
+        state is read again when next asked for; other hooks' stand."""
+        netns = self.netns()
+        self.dumps = {key: value for key, value in self.dumps.items()
+                      if key[0] != netns or not key[1].startswith(HOOK) or ifindex not in (None, key[2])}
 
     def probe(self, name: str, ask):
         """ask()'s answer, asked once per run: a property of the kernel, such as whether it has tcx."""
@@ -108,7 +140,11 @@ class Session:
             ipr.close()
         self.sockets = {}
         self.dumps = {}
+        self.records = {}
 
+
+# What a hook's state is kept under: dump((HOOK + what, ifindex, ...), read).
+HOOK = "hook:"
 
 _ACTIVE: list[Session] = []  # the open session, if any (never more than one)
 
@@ -154,6 +190,26 @@ def wrote(kind: str | None = None) -> None:
     session = active()
     if session:
         session.wrote(kind)
+
+
+def count(kind: str, what: str) -> None:
+    """One round trip to the kernel of a kind (bpf, netlink, libxdp, record), and what it was, counted in the
+    session (nothing outside one)."""
+    if _ACTIVE:
+        _ACTIVE[0].count(kind, what)
+
+
+def wrote_hook(ifindex: int | None) -> None:
+    """A hook of ifindex (None: of any interface) in the current namespace changed: see Session.wrote_hook."""
+    session = active()
+    if session:
+        session.wrote_hook(ifindex)
+
+
+def hook(what: str, ifindex: int, read, *more):
+    """read()'s answer for one hook (what: xdp, tcx, chain; more: its direction) of the interface ifindex, read
+    once per session until that hook is written (wrote_hook)."""
+    return dump((HOOK + what, ifindex) + more, read)
 
 
 def moved() -> None:

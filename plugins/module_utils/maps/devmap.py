@@ -38,6 +38,7 @@ import struct
 import sys
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import netdev as _netdev, netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.host.journal import Journal
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, loader as _loader, pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf.compile import sha256_file
@@ -339,43 +340,10 @@ def map_sets(pin_root: str, netns_key: str) -> dict[str, str]:
 # ---------------------------------------------------------------- converging one group
 
 
-class Journal:
-    """Undo steps of the writes done so far, run in reverse when a later write fails; and the fds
-    the writes need kept open until the end (an inner map taken out of its group, say)."""
-
-    def __init__(self):
-        self.steps = []
-        self.held = []
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        for obj in reversed(self.held):
-            obj.close()
-
-    def hold(self, obj):
-        self.held.append(obj)
-        return obj
-
-    def did(self, undo) -> None:
-        self.steps.append(undo)
-
-    def run(self, work) -> None:
-        """work(); when it fails, undo what it did, and say so if that fails too."""
-        try:
-            work()
-        except Exception as exc:
-            failed = []
-            for undo in reversed(self.steps):
-                try:
-                    undo()
-                except Exception as again:  # keep undoing the rest; report what stayed
-                    failed.append(str(again))
-            if failed:
-                raise GroupError("%s; undoing the writes before it failed too, the group may be half changed: %s"
-                                 % (exc, "; ".join(failed))) from exc
-            raise
+def half_changed(exc: Exception, failed: list[str]) -> GroupError:
+    """A failed write whose undo failed too (host/journal's half_done)."""
+    return GroupError("%s; undoing the writes before it failed too, the group may be half changed: %s"
+                      % (exc, "; ".join(failed)))
 
 
 def restore_value(target: _bpf.Map, key: bytes, old: bytes) -> None:
@@ -578,7 +546,8 @@ class GroupManager:
             return self._result(False, group_id, name, before, before, {}, [])
         if not self.check_mode:
             with Journal() as journal:
-                journal.run(lambda: self._remove_group(mset, journal, group_id, members or {}, addresses))
+                journal.run(lambda: self._remove_group(mset, journal, group_id, members or {}, addresses),
+                            half_changed)
             pins.remove()
         return self._result(True, group_id, name, before, {"present": False}, {}, [])
 
@@ -670,7 +639,7 @@ class GroupManager:
                     pin_program(journal, pins, prog if load_egress else None, drop=egress is None)
                     write_record(journal, pins, new_record, record)
 
-                journal.run(work)
+                journal.run(work, half_changed)
         except Exception:
             if not exists:
                 pins.undo(created)

@@ -28,6 +28,7 @@ import os
 import sys
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.host.journal import Journal
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils.maps import btf as _btf
 
@@ -254,28 +255,27 @@ class MapEntries:
                 prog.close()
 
     def _apply(self, current: dict, updates: dict, deletes: list) -> None:
-        done = []
+        journal = Journal()
         try:
             for key in deletes:
                 self.map.delete(key)
-                done.append(key)
+                journal.did(self._putting_back(current, key))
             for key, value in updates.items():
                 self._write(key, (value,) * self.map.ncpus)
-                done.append(key)
+                journal.did(self._putting_back(current, key))
         except _bpf.BpfError as exc:
-            try:
-                self._restore(current, done)
-            except _bpf.BpfError as again:
+            done = len(journal.steps)
+            failed = [error for _what, error in journal.undo() if error is not None]
+            if failed:
                 raise MapEntryError("%s; putting back the entries written before it (%d) failed too: %s" % (
-                    exc, len(done), again))
-            raise MapEntryError("%s; the entries written before it (%d) were put back" % (exc, len(done)))
+                    exc, done, failed[0]))
+            raise MapEntryError("%s; the entries written before it (%d) were put back" % (exc, done))
 
-    def _restore(self, current: dict, done: list) -> None:
-        for key in reversed(done):
-            if key in current:
-                self._write(key, current[key])
-            else:
-                self.map.delete(key)
+    def _putting_back(self, current: dict, key: bytes):
+        """The undo of a write or delete of key: its value as it was, or no entry."""
+        if key in current:
+            return lambda: self._write(key, current[key])
+        return lambda: self.map.delete(key)
 
 
 def converge(params: dict, check_mode: bool) -> dict:

@@ -26,9 +26,11 @@ and value field by field (name, offset, size, kind, signedness, through
   carried) before the swap; after the swap, what the old map's counters gained
   since the copy is added (`Copy.add_gained`).
 
-A run killed between setting a pin aside and its commit or undo leaves it
-set aside; the next run's `recover` puts it back or drops it, by whether the
-program on the hook still uses it.
+The commit (the old pins dropped) is the upgrade's last step, its point of
+no return: a failure before it, after the swap too, puts the old program
+back and then the old pins (`undo`). A run killed between setting a pin
+aside and its commit or undo leaves it set aside; the next run's `recover`
+puts it back or drops it, by whether the program on the hook still uses it.
 
 `compare` and `shape` are pure and tested without a kernel; `review` reads
 the object (before load) and the pins.
@@ -189,6 +191,14 @@ class Review:
     # With FIELDS: how its entries are carried into the new map.
     copy: Copy | None = None
 
+    def elsewhere(self, maps_dir: str) -> Review:
+        """The same review for a copy of the map pinned under its name in maps_dir (replay's private copies, made
+        without the BTF that the review read from the live map)."""
+        path = os.path.join(maps_dir, self.name)
+        if self.copy is not None:
+            self.copy.pin = path
+        return dataclasses.replace(self, path=path)
+
     def report(self) -> dict:
         out = {"map": self.name, "outcome": self.outcome, "changes": list(self.changes)}
         if self.copy is not None:
@@ -264,8 +274,9 @@ def refusal(object_path: str, maps_dir: str, reviews: list[Review], shared: bool
 class Reset:
     """The pins of maps being reset or migrated, set aside so the load pins new maps in their place: `copy()`
     carries a migrated map's entries into its new map before the swap, `add_gained()` what its counters gained
-    after it, `commit()` drops the old pins once the new program is on the hook, `undo()` puts them back when
-    the upgrade fails first."""
+    after it, `commit()` drops the old pins as the upgrade's last step (the new program on the hook, pinned and
+    recorded), `undo()` puts them back when the upgrade fails before (after the swap, once the old program is
+    back on the hook)."""
 
     def __init__(self, reviews: list[Review]):
         self.moved = [(r.path, os.path.join(os.path.dirname(r.path), SET_ASIDE % r.name), r)

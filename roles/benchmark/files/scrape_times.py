@@ -4,9 +4,10 @@
     scrape_times.py URL COUNT PID_FILE
 
 Prints JSON: each scrape's seconds as the client sees them, the exporter's
-own collect time per scrape (ebpf_xdp_collect_duration_seconds), and of the
-last page the programs it shows, its samples and bytes; then the exporter's
-resident memory (VmRSS) and its peak (VmHWM) in MiB. Standard library only:
+own collect time per scrape (ebpf_xdp_collect_duration_seconds), the programs
+each page shows and the namespaces it could not read (ebpf_xdp_netns_up 0),
+of the last page its samples and bytes; then the exporter's resident memory
+(VmRSS) and its peak (VmHWM) in MiB. Standard library only:
 it runs on the host, next to the exporter.
 """
 
@@ -22,7 +23,7 @@ import urllib.request
 def main():
     url, count, pid_file = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    seconds, collect, text = [], [], ""
+    seconds, collect, programs, down, text = [], [], [], [], ""
     for _attempt in range(count):
         start = time.monotonic()
         with opener.open(url, timeout=60) as resp:
@@ -30,12 +31,13 @@ def main():
         seconds.append(time.monotonic() - start)
         found = re.search(r"^ebpf_xdp_collect_duration_seconds (\S+)$", text, re.M)
         collect.append(float(found.group(1)) if found else None)
+        programs.append(len(re.findall(r"^ebpf_xdp_program_info\{", text, re.M)))
+        down.append(re.findall(r'^ebpf_xdp_netns_up\{netns="([^"]*)"\} 0', text, re.M))
     with open(pid_file, encoding="ascii") as src:
         pid = int(src.read())
     with open("/proc/%d/status" % pid, encoding="ascii") as src:
         status = dict(line.split(":", 1) for line in src.read().splitlines() if ":" in line)
-    json.dump({"seconds": seconds, "collect_seconds": collect,
-               "programs": len(re.findall(r"^ebpf_xdp_program_info\{", text, re.M)),
+    json.dump({"seconds": seconds, "collect_seconds": collect, "programs": programs, "netns_down": down,
                "samples": sum(1 for line in text.splitlines() if line and not line.startswith("#")),
                "page_bytes": len(text),
                "rss_mib": int(status["VmRSS"].split()[0]) / 1024, "hwm_mib": int(status["VmHWM"].split()[0]) / 1024},

@@ -520,8 +520,13 @@ def collect(config: dict, reader: Reader) -> Samples:
 
 
 class Scrapes:
-    """The collected samples, shared by the scrapes that come within cache_seconds of a collection (and by
-    every scrape that waits while one runs), so that concurrent scrapes cost one collection.
+    """The collected samples, shared by the scrapes that come within cache_seconds of a collection's start (and
+    by every scrape that comes while such a one runs), so that concurrent scrapes cost one collection.
+
+    No scrape is given a collection that began more than max_age before the scrape came: not a finished one,
+    and not one still running either (a slow collection that began before a program was attached would show
+    the host as it was then); such a scrape waits for the next collection, which begins after it came. With
+    max_age 0 every scrape's page was collected after it came.
 
     Collections run in the thread that calls serve(), the main thread: setns(2) moves only the calling
     thread, and the module_utils name the namespace they are in by /proc/self (the main thread's). The
@@ -532,27 +537,32 @@ class Scrapes:
         self.collect_once = collect_once
         self.max_age = max_age
         self.cond = threading.Condition()
-        self.samples: Samples | None = None
-        self.taken = 0.0  # when the collection of self.samples began
+        self.samples: Samples | None = None  # of the last collection finished (None: it failed)
+        self.taken = 0.0  # when the last collection finished began (time.monotonic())
         self.generation = 0  # collections finished
+        self.running: float | None = None  # when the collection running now began
         self.wanted = False
-        self.collecting = False
 
     def get(self, timeout: float) -> Samples:
-        """The samples of a collection at most max_age old, or of the one running now; TimeoutError when
-        none is ready within timeout."""
+        """The samples of a collection that began at most max_age before this call; TimeoutError when none
+        is ready within timeout, RuntimeError when the collection waited for failed."""
+        asked = time.monotonic()
+        oldest = asked - self.max_age
         with self.cond:
-            if self.samples is not None and time.monotonic() - self.taken < self.max_age:
-                return self.samples
-            generation = self.generation
-            if not self.collecting:
-                self.wanted = True
-                self.cond.notify_all()
-            if not self.cond.wait_for(lambda: self.generation != generation, timeout):
-                raise TimeoutError("no collection finished within %s s" % timeout)
-            if self.samples is None:
-                raise RuntimeError("the collection failed; see the exporter's log")
-            return self.samples
+            seen = self.generation
+            while True:
+                if self.generation and self.taken >= oldest:
+                    if self.samples is not None:
+                        return self.samples
+                    if self.generation != seen:
+                        raise RuntimeError("the collection failed; see the exporter's log")
+                    # A collection that failed before this scrape came: try again.
+                if self.running is None or self.running < oldest:
+                    self.wanted = True
+                    self.cond.notify_all()
+                remaining = asked + timeout - time.monotonic()
+                if remaining <= 0 or not self.cond.wait(remaining):
+                    raise TimeoutError("no collection finished within %s s" % timeout)
 
     def serve(self, stop, idle: float) -> None:
         """Collect whenever a scrape asks, until stop() (looked at every idle seconds) says so."""
@@ -560,8 +570,10 @@ class Scrapes:
             with self.cond:
                 if not self.cond.wait_for(lambda: self.wanted, idle):
                     continue
-                self.wanted, self.collecting = False, True
-            began, samples = time.monotonic(), None
+                # Begun here, under the lock: a scrape that comes after this moment may not take it with max_age 0.
+                self.wanted, self.running = False, time.monotonic()
+                began = self.running
+            samples = None
             try:
                 samples = self.collect_once()
             except Exception:  # pylint: disable=broad-except
@@ -569,7 +581,7 @@ class Scrapes:
             with self.cond:
                 self.samples, self.taken = samples, began
                 self.generation += 1
-                self.collecting = False
+                self.running = None
                 self.cond.notify_all()
 
 

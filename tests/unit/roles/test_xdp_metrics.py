@@ -230,6 +230,99 @@ def test_a_scrape_after_the_cache_interval_collects_again():
         done.set()
 
 
+def test_a_collection_begun_longer_than_the_cache_interval_ago_is_not_handed_to_a_new_scrape():
+    # A slow collection (a namespace that takes long to read) still running when a scrape comes in more than
+    # max_age after it began: what it shows is older than the cache allows, so the scrape waits for the next.
+    release = threading.Event()
+    calls = []
+
+    def collect_once():
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            release.wait(5)
+        return len(calls)
+
+    scrapes = exporter.Scrapes(collect_once, 0.2)
+    done = threading.Event()
+    threading.Thread(target=scrapes.serve, args=(done.is_set, 0.05), daemon=True).start()
+    try:
+        answers = {}
+        first = threading.Thread(target=lambda: answers.update(first=scrapes.get(5)))
+        first.start()
+        time.sleep(0.4)
+        asked = time.monotonic()
+        late = threading.Thread(target=lambda: answers.update(late=scrapes.get(5)))
+        late.start()
+        time.sleep(0.1)
+        release.set()
+        first.join()
+        late.join()
+        # (The first scrape may get the second collection too, when it ends before that scrape wakes.)
+        assert answers["late"] == 2 and answers["first"] in (1, 2), answers
+        assert calls[1] >= asked  # the late scrape's page was collected after it asked
+        # A scrape that came while a collection it may take was running shares it (max_age 0: one that began
+        # after the scrape came).
+        assert scrapes.get(5) == 2 and len(calls) == 2
+    finally:
+        release.set()
+        done.set()
+
+
+def test_with_no_cache_every_scrape_gets_a_collection_begun_after_it_came():
+    release = threading.Event()
+    calls = []
+
+    def collect_once():
+        calls.append(time.monotonic())
+        if len(calls) == 1:
+            release.wait(5)
+        return len(calls)
+
+    scrapes = exporter.Scrapes(collect_once, 0)
+    done = threading.Event()
+    threading.Thread(target=scrapes.serve, args=(done.is_set, 0.05), daemon=True).start()
+    try:
+        answers = {}
+        first = threading.Thread(target=lambda: answers.update(first=scrapes.get(5)))
+        first.start()
+        time.sleep(0.1)
+        asked = time.monotonic()
+        others = [threading.Thread(target=lambda n=n: answers.update({n: scrapes.get(5)})) for n in range(4)]
+        for other in others:
+            other.start()
+        time.sleep(0.1)
+        release.set()
+        for thread in [first] + others:
+            thread.join()
+        # The four that came during the first collection share the one after it.
+        assert answers.pop("first") in (1, 2) and answers == {0: 2, 1: 2, 2: 2, 3: 2}, answers
+        assert len(calls) == 2 and calls[1] >= asked
+        assert scrapes.get(5) == 3
+    finally:
+        release.set()
+        done.set()
+
+
+def test_a_failed_collection_fails_the_scrapes_that_waited_for_it_and_the_next_scrape_collects_again():
+    calls = []
+
+    def collect_once():
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("netlink went away")
+        return len(calls)
+
+    scrapes = exporter.Scrapes(collect_once, 60)
+    done = threading.Event()
+    threading.Thread(target=scrapes.serve, args=(done.is_set, 0.05), daemon=True).start()
+    try:
+        with pytest.raises(RuntimeError):
+            scrapes.get(5)
+        assert scrapes.get(5) == 2 and scrapes.get(5) == 2 and len(calls) == 2
+    finally:
+        done.set()
+
+
 def test_a_collection_slower_than_the_deadline_is_a_timeout():
     scrapes, _calls, done, _thread = _scrapes(max_age=0, collect_seconds=1.0)
     try:

@@ -582,8 +582,8 @@ def test_scrape_plan_needs_increasing_numbers(programs):
         benchmark_scrape_plan(programs, "bm", OBJECTS)
 
 
-SCRAPE = {"seconds": [0.02, 0.03], "collect_seconds": [0.015, 0.02], "programs": 100, "samples": 900,
-          "page_bytes": 120000, "rss_mib": 30.5, "hwm_mib": 31.0}
+SCRAPE = {"seconds": [0.02, 0.03], "collect_seconds": [0.015, 0.02], "programs": [100, 100], "netns_down": [[], []],
+          "samples": 900, "page_bytes": 120000, "rss_mib": 30.5, "hwm_mib": 31.0}
 
 
 def test_scrape_records_one_per_scrape_against_the_first_step():
@@ -595,9 +595,15 @@ def test_scrape_records_one_per_scrape_against_the_first_step():
          "collect 20.0 ms (median), exporter: 900 samples, 117 KiB page, VmHWM 31.0 MiB")}
 
 
-def test_scrape_records_need_the_page_to_show_every_program():
-    with pytest.raises(AnsibleFilterError, match="the exporter shows 99 programs, 100 are attached"):
-        benchmark_scrape_records(dict(SCRAPE, programs=99), 100, 1)
+def test_scrape_records_need_every_page_to_show_every_program():
+    # Not only the last page: a first scrape that missed them, the later ones collecting again, is an error.
+    with pytest.raises(AnsibleFilterError, match=r"^benchmark metrics scrape: 100 programs are attached, the "
+                       r"exporter shows scrape 1 of 2: 0 \(collect 0.015 s; not read: bm\)$"):
+        benchmark_scrape_records(dict(SCRAPE, programs=[0, 100], netns_down=[["bm"], []]), 100, 1)
+    with pytest.raises(AnsibleFilterError, match=r"shows scrape 2 of 2: 99 \(collect 0.02 s\)$"):
+        benchmark_scrape_records(dict(SCRAPE, programs=[100, 99]), 100, 1)
+    with pytest.raises(AnsibleFilterError, match="shows no page"):
+        benchmark_scrape_records(dict(SCRAPE, programs=[]), 100, 1)
 
 
 # benchmark_trafgen_result

@@ -127,3 +127,13 @@ def test_the_namespace_is_read_once_until_the_thread_moves(netns):
         with _session.socket():
             pass
         assert netns.reads == 2
+
+
+def test_round_trips_are_counted_by_kind_and_what_inside_a_session_only():
+    _session.count("bpf", "obj_get")  # outside a session: nowhere to count, and no error
+    with _session.host() as session:
+        _session.count("bpf", "obj_get")
+        _session.count("bpf", "map_lookup_elem")
+        _session.count("netlink", "links")
+    assert session.counts["bpf"] == 2 and session.counts["bpf:obj_get"] == 1
+    assert session.counts["netlink"] == 1 and session.counts["netlink:links"] == 1

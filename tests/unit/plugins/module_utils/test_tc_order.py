@@ -210,3 +210,56 @@ def test_datapath_keys_describe_and_gather_named_attachments():
     assert _datapath._entry_of(record, None, "eth0", "tc", "tc_ingress@b") == {
         "interface": "eth0", "netns": None, "object": "/o", "program": None, "constants": {}, "direction": "ingress",
         "method": "tcx", "name": "b", "before": "a"}
+
+
+# ---------------------------------------------------------------- tagged anchors: looked up as what they say
+
+
+@pytest.mark.parametrize("value, expected", [
+    ({"id": 4}, 4),
+    ({"attachment": "first"}, 2),
+    ({"program": "foreign_count"}, 1),
+    ({"program": "a_long_program_name"}, 6),
+])
+def test_a_tagged_anchor_names_what_its_tag_says(value, expected):
+    assert anchor(value) == expected
+
+
+def test_a_tagged_anchor_is_no_guess():
+    names = {**NAMES, 7: "first"}  # another tool's program called as one of our attachments
+    assert anchor("first", tcx_ids=(2, 1, 7)) == 2  # plain: our attachment first
+    assert _tc.find_anchor({"program": "first"}, [2, 1, 7], 0, SIBLINGS, names.get, WHERE, "before") == 7
+    with pytest.raises(HookError, match=r"the tcx ingress hook of eth0: before names program '4', and no other "
+                                        r"program there is called so \(it holds tc_drop_count \(id 2\)"):
+        anchor({"program": "4"})  # digits are no id when tagged as a name
+    with pytest.raises(HookError, match="before names attachment foreign_count of ebpf.xdp, which is not on it"):
+        anchor({"attachment": "foreign_count"})  # a program's name is no attachment
+    with pytest.raises(HookError, match="before names attachment filter of ebpf.xdp, which is not a tcx program"):
+        anchor({"attachment": "filter"})
+    with pytest.raises(HookError, match="before names program id 99, which is not on it"):
+        anchor({"id": 99})
+
+
+@pytest.mark.parametrize("value, message", [
+    ({"attachment": "a", "id": 1}, "before takes one of {attachment: ..., program: ..., id: ...}, or a plain name "
+                                   "or id, not"),
+    ({"name": "a"}, "before takes one of {attachment: ..., program: ..., id: ...}"),
+    ({"id": "7"}, "before: id takes a program's id, a positive integer, not '7'"),
+    ({"id": True}, "before: id takes a program's id, a positive integer, not True"),
+    ({"id": 0}, "before: id takes a program's id, a positive integer, not 0"),
+    ({"program": ""}, "before: program takes a name, not ''"),
+    ({"program": 5}, "before: program takes a name, not 5"),
+    ({"attachment": "Bad.Name"}, "name 'Bad.Name' is not a usable attachment name"),
+    ({"attachment": "web"}, "before names this attachment itself"),
+])
+def test_a_bad_tagged_anchor_is_refused(value, message):
+    with pytest.raises(Exception) as err:
+        _tc.TcHook.check_params(params(name="web", before=value))
+    assert message in str(err.value)
+
+
+def test_a_tagged_anchor_is_accepted_and_datapath_finds_the_attachment_it_names():
+    for value in ({"attachment": "other"}, {"program": "web"}, {"id": 3}):
+        _tc.TcHook.check_params(params(name="web", before=value))
+    assert [_tc.anchor_attachment(v) for v in ("a", {"attachment": "a"}, {"program": "a"}, {"id": 3}, 3, None)] == [
+        "a", "a", None, None, None, None]

@@ -1,0 +1,72 @@
+"""bpf/pins' pure parts: the names of attachment directories, finding a hook's attachments in a directory tree,
+and the directories made and pruned around a pin directory (plain directories: no bpffs needed)."""
+
+import os
+
+import pytest
+
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import names as _names
+
+
+@pytest.mark.parametrize("kind, direction, name, directory", [
+    ("xdp", None, None, "xdp"),
+    ("xdp", None, "filter", "xdp@filter"),
+    ("tc", "ingress", None, "tc_ingress"),
+    ("tc", "egress", "a-1", "tc_egress@a-1"),
+])
+def test_an_attachment_directory_names_its_hook_and_attachment(kind, direction, name, directory):
+    assert _pins.hook_dir(kind, direction, name) == directory
+    assert _pins.split_hook_dir(directory) == (_pins.hook_dir(kind, direction), name)
+    assert _pins.hook_kind(directory) == kind
+
+
+@pytest.mark.parametrize("directory", ["maps", "shared_maps", "clsact", "owner", "tc", "xdp@Bad", "xdp@a.b",
+                                       "tc_ingress@", "xdpx"])
+def test_any_other_directory_is_no_hook(directory):
+    assert _pins.hook_kind(directory) is None
+
+
+def test_every_hook_directory_is_one_kind_s():
+    assert _pins.ATTACHMENT_DIRS == ("xdp", "tc_ingress", "tc_egress")
+    assert {_pins.hook_kind(d) for d in _pins.ATTACHMENT_DIRS} == set(_pins.HOOK_DIRS)
+
+
+def test_a_hook_s_attachments_are_found_by_name_and_nothing_else(tmp_path):
+    interface = tmp_path / "ns" / "eth0"
+    for entry in ("tc_ingress", "tc_ingress@a", "tc_ingress@b", "tc_egress@a", "xdp", "tc_ingress@Bad", "clsact"):
+        (interface / entry).mkdir(parents=True)
+    (interface / "tc_ingress@file").write_text("")  # not a directory
+    found = _pins.hook_attachments(str(tmp_path), str(interface), "tc_ingress")
+    assert sorted(found, key=str) == [None, "a", "b"]
+    assert found["a"].directory == str(interface / "tc_ingress@a") and found["a"].pin_root == str(tmp_path)
+    assert found[None].record.path == str(interface / "tc_ingress" / "owner")
+    assert _pins.hook_attachments(str(tmp_path), str(tmp_path / "gone"), "xdp") == {}
+
+
+def test_paths_are_built_under_the_pin_root_only(tmp_path):
+    root = str(tmp_path)
+    assert _pins.attachment_dir(root, "host", "eth0", "xdp") == os.path.join(root, "host", "eth0", "xdp")
+    assert _pins.shared_maps_dir(root, "ns1", "mc") == os.path.join(root, "ns1", "shared_maps", "mc")
+    assert _pins.shared_maps_lock("mc") == "shared_maps:mc"
+    with pytest.raises(_names.BadNameError):
+        _pins.attachment_dir(root, "host", "../eth0", "xdp")
+    with pytest.raises(_names.BadNameError):
+        _pins.shared_maps_dir(root, "host", "a/b")
+
+
+def test_made_directories_are_undone_deepest_first_and_empty_parents_pruned(tmp_path):
+    pins = _pins.PinDir(str(tmp_path), str(tmp_path / "ns" / "eth0" / "xdp"))
+    created = pins.make()
+    assert created == [pins.maps_dir, pins.directory, str(tmp_path / "ns" / "eth0"), str(tmp_path / "ns")]
+    assert pins.make() == [] and pins.exists() and not pins.has_link()
+    (tmp_path / "ns" / "eth0" / "xdp" / "maps" / "counters").write_text("")  # a map libbpf pinned in the load
+    _pins.PinDir.undo(created)
+    assert os.listdir(str(tmp_path)) == []
+
+    kept = tmp_path / "ns" / "eth1"
+    kept.mkdir(parents=True)
+    _pins.make_dirs(str(tmp_path / "ns" / "eth0" / "xdp"))
+    _pins.prune_empty(str(tmp_path / "ns" / "eth0" / "xdp"), str(tmp_path))
+    assert sorted(os.listdir(str(tmp_path / "ns"))) == ["eth1"]  # stops at a directory that is not empty
+    _pins.prune_empty(str(tmp_path / "ns" / "gone"), str(tmp_path))  # already gone: nothing to do

@@ -362,11 +362,11 @@ class Run:
         # before/after may name although the kernel does not hold them yet.
         self.predicted_tc: set[tuple] = set()
 
-    def converge(self, section: str, params: dict) -> dict:
+    def converge(self, section: str, params: dict, before_change=None) -> dict:
         if section == "objects":
             result, warnings = _compile.converge_object(params, self.check_mode, self.run_command, self.find_clang)
         elif section in HOOKS:
-            result, warnings = _converge.converge_interface(params, self.check_mode, HOOKS[section])
+            result, warnings = _converge.converge_interface(params, self.check_mode, HOOKS[section], before_change)
         elif section == "devmap_groups":
             result, warnings = _devmap.converge(params, self.check_mode)
         else:
@@ -392,10 +392,17 @@ class Run:
     def step(self, section: str, index: int | None, params: dict, gathered: dict) -> None:
         label = where(section, index) if index is not None else "%s (not declared)" % describe(
             section, keys_of(section, params)[0])
-        held = None if self.check_mode else self._hold(section, params, gathered)
+        # A hook of ours is held as it was right before the step's first change (none: nothing held).
+        holds: list = []
+
+        def before_change():
+            if not holds:
+                holds.append(self._hold(section, params, gathered))
+        held = None
         try:
             result = self._predict_placed(params) if self._anchor_predicted(section, params) else \
-                self.converge(section, params)
+                self.converge(section, params, None if self.check_mode else before_change)
+            held = holds.pop() if holds else None
             if self.check_mode and section == "tc" and result.get("changed") and params.get("name") \
                     and params.get("state", "present") == "present":
                 self.predicted_tc.add(_tc_attachment(params, params["name"]))
@@ -416,8 +423,9 @@ class Run:
                 raise ItemError("%s: %s" % (label, exc), put_back) from exc
             raise  # a bug: it keeps its traceback
         finally:
-            if held:
-                held.close()
+            for unused in [held] + holds:  # held: not journalled (no change); holds: the converger failed
+                if unused:
+                    unused.close()
         if index is not None:
             self.results[section].append(dict(result, item={k: v for k, v in params.items() if k != "pin_root"}))
 

@@ -21,6 +21,7 @@ from test_xdp_dispatcher import burst, chain, component, loader_cleanup  # noqa:
 from kernel_features import xdp_loader, xdp_tools_object
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _datapath, _facts
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns, session as _session
 from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames
 
@@ -198,12 +199,13 @@ def reads_of(session, kind):
 
 
 def test_a_task_reads_each_record_and_each_hook_once(run_distro, switch, mcast_obj, tc_obj, pin_root,  # noqa: F811
-                                                     features):
+                                                     features, monkeypatch):
     """The host state of a task (issue 39 item 1): a no-change overridden run over three XDP programs, a tc
     filter and a group reads each ownership record once and each hook's kernel state once (IFLA_XDP per port,
     the qdisc dump, the tc hook's filters and tcx programs), however many times the gather, the holds, the
     converger and the gather after look at them; a run that upgrades p0's program reads p0's hook again only
-    after writing it, and every other hook and every record once."""
+    after writing it, and every other hook and every record once. A hook is held for a put-back (an fd to each
+    of its pins) only right before its step changes it."""
     ports, _hosts = switch
     config = {"xdp": [program(ports, port, mcast_obj) for port in range(3)],
               "tc": [dict(interface="p3", netns=ports.sw, object=tc_obj, program="tc_drop_count", method="cls_bpf")],
@@ -213,6 +215,9 @@ def test_a_task_reads_each_record_and_each_hook_once(run_distro, switch, mcast_o
     owners = sorted(os.path.join(base, "owner") for base, _dirs, files in os.walk(pin_root) if "owner" in files)
     assert len(owners) == 5, owners  # three XDP attachments, the tc one, the group
 
+    held = []
+    hold = _converge.hold
+    monkeypatch.setattr(_converge, "hold", lambda kind, params: held.append(params["interface"]) or hold(kind, params))
     result, session = in_process(config, pin_root, [ports.sw])
     assert result["changed"] is False, result
     records, hooks = reads_of(session, "record"), reads_of(session, "hook")
@@ -222,12 +227,14 @@ def test_a_task_reads_each_record_and_each_hook_once(run_distro, switch, mcast_o
         [("hook:xdp", index) for index in ports.ifindex[:3]] + [("qdiscs",), ("filters", ports.ifindex[3], "ingress", 0)]
         + tcx), hooks
     assert set(hooks.values()) == {1}, hooks
+    assert held == [], held  # nothing changes, so no hook is held for a put-back (an fd to each of its pins)
     print("\nno-change run, 3 XDP + 1 tc + 1 group: %d bpf(), %d netlink, %d records"
           % (session.counts["bpf"], session.counts["netlink"], session.counts["record"]))
 
     upgraded = dict(config, xdp=[dict(config["xdp"][0], constants={"default_group": 1})] + config["xdp"][1:])
     result, session = in_process(upgraded, pin_root, [ports.sw])
     assert [c["entry"] for c in result["changes"]] == ["config.xdp[0]"], result["changes"]
+    assert held == ["p0"], held  # held right before its change, and only it
     records, hooks = reads_of(session, "record"), reads_of(session, "hook")
     assert sorted(records) == owners and set(records.values()) == {1}, records  # a record written is known as written
     p0 = [key for key in hooks if key[1:] == ("hook:xdp", ports.ifindex[0])]

@@ -341,8 +341,12 @@ def register(cls: type[HookAdapter]) -> type[HookAdapter]:
 class Converger:
     """Converges one hook (an adapter, see the module docstring) to a Desired state."""
 
-    def __init__(self, hook, desired: Desired, check_mode: bool, load=_loader.load, netns_key: str | None = None):
+    def __init__(self, hook, desired: Desired, check_mode: bool, load=_loader.load, netns_key: str | None = None,
+                 before_change: Callable[[], None] | None = None):
         self.hook = hook
+        # Called once, right before the run's first change to the hook or its pins (datapath holds the hook as it
+        # was then, for a put-back: a run that changes nothing holds nothing).
+        self.before_change = before_change or (lambda: None)
         self.pins = hook.pins
         self.desired = desired
         self.check_mode = check_mode
@@ -446,6 +450,7 @@ class Converger:
         """state: absent on a deleted interface: remove our pins for it, if any (see absent_without_interface)."""
         stale = self.pins.exists()
         if stale and not self.check_mode:
+            self.before_change()
             record = self.pins.record.read()
             self.hook.cleanup()  # tc: the record of a clsact that went with the interface
             self.pins.remove(keep_maps=self.desired.keep_maps)
@@ -469,6 +474,7 @@ class Converger:
                                  "(force: true removes it)" % (self.hook.label, observed.prog_id, self.hook.ifname))
         if action == NOTHING or self.check_mode:
             return action != NOTHING
+        self.before_change()
         if action in (DETACH, DETACH_FOREIGN):
             self.hook.detach(observed)
             self.hook.cleanup()
@@ -553,14 +559,19 @@ class Converger:
     def _recover_maps(self, observed: Observed) -> None:
         """Maps a migrating upgrade killed midway left set aside: back under their names, or dropped, by the maps
         of the program on the hook (see _migration.recover)."""
-        in_use: set[int] = set()
-        if observed.prog_id:
+        maps_dirs = [maps_dir for maps_dir in sorted({self.maps_dir(None), self.maps_dir(self.desired.shared_maps)})
+                     if _migration.set_aside(maps_dir)]
+        if not maps_dirs:
+            return
+        self.before_change()
+        in_use: set[int] = set(observed.map_ids)
+        if observed.prog_id and not in_use:
             try:
                 with _bpf.Program.from_id(observed.prog_id) as prog:
                     in_use = set(prog.info()["map_ids"])
             except _bpf.BpfError:
                 pass  # gone meanwhile: nothing uses the maps set aside
-        for maps_dir in sorted({self.maps_dir(None), self.maps_dir(self.desired.shared_maps)}):
+        for maps_dir in maps_dirs:
             self.warnings.extend(_migration.recover(maps_dir, in_use))
 
     def _review_maps(self) -> _migration.Reset:
@@ -595,6 +606,7 @@ class Converger:
                                                self.hook.planned_placement(observed), self.hook.placement_key)}
 
     def _apply(self, observed: Observed, identity: dict, before: dict) -> tuple[bool, dict]:
+        self.before_change()
         shared = self.desired.shared_maps
         reset = self._review_maps()
         created = self.pins.make(maps=not shared)
@@ -917,7 +929,8 @@ def hold(kind: str, params: dict) -> Held | None:
         return Held(params, ADAPTERS[kind].from_params, pins, record, held)
 
 
-def absent_without_interface(params: dict, check_mode: bool, make_hook: Callable) -> tuple[dict, list[str]] | None:
+def absent_without_interface(params: dict, check_mode: bool, make_hook: Callable,
+                             before_change: Callable[[], None] | None = None) -> tuple[dict, list[str]] | None:
     """state: absent for an interface that no longer exists (None when it does).
 
     Its programs went with it; what can be left is ours in bpffs: a link to
@@ -935,14 +948,17 @@ def absent_without_interface(params: dict, check_mode: bool, make_hook: Callable
         if not check_mode:
             _pins.check_bpffs(params["pin_root"])
             locks.enter_context(_pins.lock(key, params["interface"]))
-        converger = Converger(make_hook(params, 0, key), Desired.from_params(params), check_mode, netns_key=key)
+        converger = Converger(make_hook(params, 0, key), Desired.from_params(params), check_mode, netns_key=key,
+                              before_change=before_change)
         result = dict(converger.clear_gone(), netns=params["netns"])
     converger.release_sets()
     return result, converger.warnings
 
 
-def converge_interface(params: dict, check_mode: bool, make_hook: Callable) -> tuple[dict, list[str]]:
-    """Converge the hook make_hook(params, ifindex, netns_key) builds on params' interface and netns.
+def converge_interface(params: dict, check_mode: bool, make_hook: Callable,
+                       before_change: Callable[[], None] | None = None) -> tuple[dict, list[str]]:
+    """Converge the hook make_hook(params, ifindex, netns_key) builds on params' interface and netns;
+    before_change() is called once right before the first change, if any (see Converger).
 
     Outside check mode the pin root must be on bpffs and the interface is
     locked; the hook is read under the lock, since a concurrent run may have
@@ -950,13 +966,14 @@ def converge_interface(params: dict, check_mode: bool, make_hook: Callable) -> t
     through the host session (_session): a datapath task's entries share it.
     """
     with _session.host():
-        return _converge_interface(params, check_mode, make_hook)
+        return _converge_interface(params, check_mode, make_hook, before_change)
 
 
-def _converge_interface(params: dict, check_mode: bool, make_hook: Callable) -> tuple[dict, list[str]]:
+def _converge_interface(params: dict, check_mode: bool, make_hook: Callable,
+                        before_change: Callable[[], None] | None) -> tuple[dict, list[str]]:
     _revisions.check_params(params)
     if params["state"] == "absent":
-        gone = absent_without_interface(params, check_mode, make_hook)
+        gone = absent_without_interface(params, check_mode, make_hook, before_change)
         if gone:
             return gone
     ifname = params["interface"]
@@ -985,7 +1002,8 @@ def _converge_interface(params: dict, check_mode: bool, make_hook: Callable) -> 
             locks.enter_context(_pins.lock(key, _pins.shared_maps_lock(shared)))
         hook = make_hook(params, _netns.ifindex(ifname), key)
         desired = Desired.from_params(params)
-        converger = Converger(hook, desired, check_mode, load=desired.loader(), netns_key=key)
+        converger = Converger(hook, desired, check_mode, load=desired.loader(), netns_key=key,
+                              before_change=before_change)
         result = dict(converger.run(), netns=params["netns"])
     # The locks are dropped: a set left behind is taken under its own lock only (no lock order to keep).
     converger.release_sets()

@@ -320,6 +320,12 @@ class Reset:
         self.moved = []
 
 
+def set_aside(maps_dir: str) -> bool:
+    """Whether maps_dir holds a map pin a migrating upgrade set aside (what recover() puts in order)."""
+    suffix = SET_ASIDE % ""
+    return os.path.isdir(maps_dir) and any(entry.endswith(suffix) and entry != suffix for entry in os.listdir(maps_dir))
+
+
 def recover(maps_dir: str, in_use: set[int]) -> list[str]:
     """Put in order what a run stopped in the middle of a migration (killed: no undo, no commit) left in maps_dir:
     each map pin set aside (SET_ASIDE) goes back to its name when the program on the hook still uses that map (in

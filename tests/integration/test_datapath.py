@@ -195,14 +195,14 @@ def reads_of(session, kind):
     if kind == "record":
         return {key[1]: n for key, n in session.reads.items() if key[0] == "record"}
     return {key: n for key, n in session.reads.items()
-            if key[0] != "record" and (key[1].startswith(_session.HOOK) or key[1] in ("qdiscs", "filters"))}
+            if key[0] != "record" and (key[1].startswith(_session.HOOK) or key[1] in ("links", "qdiscs", "filters"))}
 
 
 def test_a_task_reads_each_record_and_each_hook_once(run_distro, switch, mcast_obj, tc_obj, pin_root,  # noqa: F811
                                                      features, monkeypatch):
     """The host state of a task (issue 39 item 1): a no-change overridden run over three XDP programs, a tc
-    filter and a group reads each ownership record once and each hook's kernel state once (IFLA_XDP per port,
-    the qdisc dump, the tc hook's filters and tcx programs), however many times the gather, the holds, the
+    filter and a group reads each ownership record once and each hook's kernel state once (IFLA_XDP of every
+    port from one link dump, the qdisc dump, the tc hook's filters and tcx programs), however many times the gather, the holds, the
     converger and the gather after look at them; a run that upgrades p0's program reads p0's hook again only
     after writing it, and every other hook and every record once. A hook is held for a put-back (an fd to each
     of its pins) only right before its step changes it."""
@@ -224,7 +224,8 @@ def test_a_task_reads_each_record_and_each_hook_once(run_distro, switch, mcast_o
     assert sorted(records) == owners and set(records.values()) == {1}, records
     tcx = [("hook:tcx", ports.ifindex[3], "ingress")] if features["tcx"] else []  # tc's hook: its tcx programs too
     assert sorted(key[1:] for key in hooks) == sorted(
-        [("hook:xdp", index) for index in ports.ifindex[:3]] + [("qdiscs",), ("filters", ports.ifindex[3], "ingress", 0)]
+        [("hook:xdp", index) for index in ports.ifindex[:3]] + [("links",), ("qdiscs",)]
+        + [("filters", ports.ifindex[3], "ingress", 0)]
         + tcx), hooks
     assert set(hooks.values()) == {1}, hooks
     assert held == [], held  # nothing changes, so no hook is held for a put-back (an fd to each of its pins)

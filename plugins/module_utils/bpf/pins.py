@@ -68,11 +68,16 @@ class PinError(EbpfXdpError):
     pass
 
 
+_libc = None
+
+
 def filesystem_magic(path: str) -> int:
     """f_type of the filesystem holding path (statvfs does not expose it)."""
-    libc = ctypes.CDLL(None, use_errno=True)
+    global _libc  # pylint: disable=global-statement
+    if _libc is None:  # loaded once: a CDLL per call was most of a check (each entry of a task checks)
+        _libc = ctypes.CDLL(None, use_errno=True)
     buf = ctypes.create_string_buffer(256)
-    if libc.statfs(path.encode(), buf) != 0:
+    if _libc.statfs(path.encode(), buf) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), path)
     return ctypes.c_long.from_buffer(buf).value & 0xFFFFFFFF

@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 
-from ansible_collections.ebpf.xdp.plugins.module_utils.host import session as _session
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netlink as _netlink, session as _session
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import (
     libbpf as _bpf, libxdp as _libxdp, pins as _pins, record as _record)
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import revisions as _revisions
@@ -148,9 +148,17 @@ def find_link(ifindex: int, prog_id: int, attach_type: str) -> int | None:
 
 
 def xdp_state(ifindex: int) -> dict:
-    """What IFLA_XDP says of one interface (_bpf.xdp_query), read once per host session until its hook is
-    written."""
-    return _session.hook("xdp", ifindex, lambda: _bpf.xdp_query(ifindex))
+    """What IFLA_XDP says of one interface, read once per host session until its hook is written: from one
+    RTM_GETLINK dump of the namespace for every interface there (libbpf's bpf_xdp_query dumps every link to find
+    one: a task over N interfaces read N x N links), or, for a hook this run wrote (or outside a session), from
+    _bpf.xdp_query."""
+    def read():
+        if not _session.wrote_to(ifindex):
+            found = _session.dump(("links",), lambda: {link["ifindex"]: link["xdp"] for link in _netlink.interfaces()})
+            if ifindex in found:
+                return found[ifindex]
+        return _bpf.xdp_query(ifindex)
+    return _session.hook("xdp", ifindex, read)
 
 
 def dispatcher_chain(ifindex: int) -> dict | None:

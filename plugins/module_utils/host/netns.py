@@ -94,6 +94,12 @@ def netns_key(name: str | None = None) -> str:
     if name:
         check_name(name)
         return name
+    # Asked once per host session and namespace: /run/netns of a lab host has a name for each of the lab's
+    # namespaces (hundreds), each stat'ed to find this one.
+    return _session.dump(("netns_key",), _unnamed_key)
+
+
+def _unnamed_key() -> str:
     current = _ns_inode("/proc/self/ns/net")
     if current is not None and current == _ns_inode("/proc/1/ns/net"):
         return "host"

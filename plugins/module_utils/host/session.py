@@ -82,6 +82,9 @@ class Session:
         # tests assert that a no-change task reads each once.
         self.reads: collections.Counter = collections.Counter()
         # path -> (the pin's (inode, ctime), the record's raw value as read or written); see bpf/pins.Record.
+        # (namespace, ifindex) of the hooks this run wrote (None: any), whose state a namespace-wide dump read
+        # before the write no longer tells (see written()).
+        self.written: set[tuple] = set()
         self.records: dict[str, tuple[tuple[int, int], bytes]] = {}
         self.where: dict[int, tuple[int, int]] = {}  # thread -> its namespace (current_netns), until it moves
 
@@ -127,6 +130,12 @@ class Session:
         netns = self.netns()
         self.dumps = {key: value for key, value in self.dumps.items()
                       if key[0] != netns or not key[1].startswith(HOOK) or ifindex not in (None, key[2])}
+        self.written.add((netns, ifindex))
+
+    def wrote_to(self, ifindex: int) -> bool:
+        """Whether this run wrote a hook of ifindex (or of any interface) in the current namespace."""
+        netns = self.netns()
+        return (netns, ifindex) in self.written or (netns, None) in self.written
 
     def probe(self, name: str, ask):
         """ask()'s answer, asked once per run: a property of the kernel, such as whether it has tcx."""
@@ -204,6 +213,13 @@ def wrote_hook(ifindex: int | None) -> None:
     session = active()
     if session:
         session.wrote_hook(ifindex)
+
+
+def wrote_to(ifindex: int) -> bool:
+    """Whether a namespace-wide dump may not tell the hooks of ifindex as they are: this run wrote one of them
+    since, or there is no session (each call then asks that hook alone)."""
+    session = active()
+    return session is None or session.wrote_to(ifindex)
 
 
 def hook(what: str, ifindex: int, read, *more):

@@ -26,7 +26,7 @@ import os
 import socket
 import struct
 
-from ansible_collections.ebpf.xdp.plugins.module_utils.host import nlmsg as _nlmsg
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import nlmsg as _nlmsg, session as _session
 
 NETLINK_GENERIC = 16
 GENL_ID_CTRL = 0x10
@@ -48,6 +48,7 @@ XDP_ACT_NDO_XMIT = 1 << 2
 def _request(sock: socket.socket, family: int, cmd: int, attrs: bytes, seq: int) -> dict[int, bytes]:
     """One generic netlink request; the attributes of its answer, or OSError with the kernel's errno."""
     payload = struct.pack("=BBH", cmd, 1, 0) + attrs
+    _session.count("netlink", "netdev family" if family == GENL_ID_CTRL else "xdp_features")
     sock.send(struct.pack("=IHHII", 16 + len(payload), family, _nlmsg.NLM_F_REQUEST, seq, 0) + payload)
     data = sock.recv(65536)
     offset = 0

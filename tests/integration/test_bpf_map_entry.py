@@ -144,6 +144,7 @@ def test_a_devmap_value_runs_a_pinned_egress_program(run_distro, chain, mcast_ob
 # ---------------------------------------------------------------- the four steps, on maps with BTF
 
 
+@pytest.mark.debian12("bpf_map_entry")
 def test_present_a_changed_value_absent_and_exclusive_on_a_struct_keyed_hash(run_distro, mcast_maps):
     """mcast_addrs: struct mcast_key {__u32 kind; __u8 addr[16];} -> __u32, encoded from the map's BTF."""
     path = mcast_maps["mcast_addrs"]

@@ -3,6 +3,8 @@
 import os
 import stat
 
+import pytest
+
 from conftest import BPF_DIR, assert_rhythm
 
 XDP_SOURCE = r"""
@@ -28,6 +30,7 @@ def runs(log):
     return len(log.read_text().splitlines()) if log.exists() else 0
 
 
+@pytest.mark.debian12("bpf_object")
 def test_compile_rhythm_and_cache(run, tmp_path):
     clang, log = clang_wrapper(tmp_path)
     args = dict(src=os.path.join(BPF_DIR, "xdp_drop_count.bpf.c"), dest=str(tmp_path / "out.o"),

@@ -135,6 +135,7 @@ def frames_in(path):
 # ---------------------------------------------------------------- what is captured, exactly
 
 
+@pytest.mark.debian12("capture")
 def test_receiver_captures_exactly_what_was_sent(captures, pair, tmp_path):
     counts, frames = mix(pair)
     path = tmp_path / "rx.pcap"

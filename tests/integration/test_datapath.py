@@ -80,6 +80,7 @@ def ids(ports):
     return [xdp_attached(ports.sw, "p%d" % port) for port in range(ports.count)]
 
 
+@pytest.mark.debian12("datapath")
 def test_merged_rhythm_then_gathered_fed_back_is_no_change(run_distro, switch, mcast_obj, tc_obj, tmp_path):  # noqa
     ports, hosts = switch
     obj = str(tmp_path / "objects" / "xdp_multicast.o")

@@ -261,6 +261,7 @@ def test_moving_to_another_set_releases_the_old_one_holding_no_other_lock(run_di
         assert sorted(os.listdir(sets)) == ["y"]  # x had no attachment left
 
 
+@pytest.mark.debian12("devmap_group")
 def test_shared_maps_rhythm_and_a_bad_set_name(run_distro, mcast_obj, pin_root):
     with contextlib.ExitStack() as stack:
         ports = Ports(1)

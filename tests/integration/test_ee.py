@@ -129,6 +129,7 @@ def task_result(events, name):
     raise KeyError(name)
 
 
+@pytest.mark.debian12("toolchain", "toolchain_facts", "xdp_rollout", "xdp_deploy")
 def test_deploy_xdp_through_ansible_runner_in_the_image(image, job):  # pylint: disable=redefined-outer-name
     events, stats = runner(image, job, "deploy_xdp.yml", "release-1")
     assert stats["changed"] > 0 and stats["failures"] == stats["dark"] == 0, stats

@@ -124,6 +124,7 @@ def counters(run, pair, backend):
 # ---------------------------------------------------------------- present: dropped and counted
 
 
+@pytest.mark.debian12("netfilter_drop")
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_present_drops_and_counts_exactly(run, pair, backend):
     with listening(pair) as sock:

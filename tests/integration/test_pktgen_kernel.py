@@ -166,6 +166,7 @@ def test_bad_settings_each_a_clear_error(tmp_path):
         assert res.get("failed") and expected in res["msg"], (name, res)
 
 
+@pytest.mark.debian12("pktgen")
 @pytest.mark.kernel("pktgen")
 def test_pktgen_here_sends_what_the_receiver_counts(run_distro, pair, drop_obj):
     """pktgen on this machine's own kernel where it has one (loadable counts): a paced, bounded run out of a

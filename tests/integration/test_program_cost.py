@@ -122,6 +122,7 @@ def test_xdp_drop_count_drops_at_a_cost_beside_the_empty_program(run, drop_obj):
         assert res["repeat"] == 1000000 and res["frame_size"] == 60 and res["object"] == drop_obj
 
 
+@pytest.mark.debian12("program_cost")
 def test_constants_make_it_pass_and_runs_sets_the_measurements(run_distro, drop_obj):
     res = measured(run_distro, dict(object=drop_obj, programs=["xdp_drop_count"], constants={"xdp_action": 2}, runs=5))
     figures = res["programs"]["xdp_drop_count"]

@@ -167,6 +167,7 @@ def test_identical_rebuild_changes_no_verdict(run_distro, attached, candidates):
     assert live_state(attached["pair"], attached["maps"]) == before
 
 
+@pytest.mark.debian12("replay")
 def test_drop_tcp_variant_changes_exactly_the_tcp_frames(run_distro, attached, candidates):
     before = live_state(attached["pair"], attached["maps"])
     res = replay(run_distro, attached, candidates["drop_tcp"], constants={"xdp_action": XDP_PASS}, diff=True)

@@ -451,6 +451,7 @@ def test_verifier_rejection_keeps_the_old_program(run_distro, pair, tc_obj, tmp_
     assert pins(pin_root) == before
 
 
+@pytest.mark.debian12("tc_program")
 @pytest.mark.kernel("act_bpf")
 def test_act_bpf_attaches_counts_and_goes(run_distro, pair, tc_obj, pin_root):
     """A u32 match-all filter with the program as its bpf action, where the kernel has act_bpf (Debian's 6.1

@@ -215,3 +215,32 @@ def test_sender_role_bad_input(lab, tmp_path):
         assert words % {"sender": lab.sender} in errors[case], (case, errors[case])
     assert not objects.exists(), "a bad input compiled the generator"
     assert (rx_counts(lab.receiver) if lab.xdp_line("eth0") else {}) == before, "a bad input sent frames"
+
+
+@pytest.mark.debian12("traffic_check")
+def test_traffic_check_counts_every_frame_of_its_burst(run_distro, pair, drop_obj, tmp_path):
+    """The role ebpf.xdp.traffic_check alone (deploy_xdp.yml's bursts), on a pair of its own rather than a lab:
+    a burst out of tx/eth0, counted by xdp_drop_count on rx/eth0 through the receiver's facts read before and
+    after. It only verifies: check mode sends nothing, and a run changes nothing (twice); the receiver's own map,
+    read apart from the role, counted exactly what the role said was sent."""
+    attached = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj,
+                                              program="xdp_drop_count", mode="native"))
+    assert attached["changed"] and not attached.get("failed"), attached
+    play = tmp_path / "traffic_check.yml"
+    play.write_text(yaml.safe_dump([{
+        "name": "traffic_check", "hosts": "localhost", "connection": "local", "gather_facts": False,
+        "vars": {"ansible_python_interpreter": "/usr/bin/python3"},
+        "roles": [{"role": "ebpf.xdp.traffic_check", "traffic_check_interface": "eth0", "traffic_check_netns": pair.tx,
+                   "traffic_check_src_ip": pair.tx_ip, "traffic_check_dst_ip": pair.rx_ip,
+                   "traffic_check_dst_mac": pair.rx_mac, "traffic_check_receiver": "localhost",
+                   "traffic_check_receiver_interface": "eth0", "traffic_check_receiver_netns": pair.rx,
+                   "traffic_check_count": 30}]}]))
+    checked = ansible_playbook("-i", "localhost,", str(play), check=True)
+    assert changed_by_host(checked) == {"localhost": 0}, checked["stats"]
+    assert rx_counts(pair.rx) == {}
+    for round_ in (1, 2):
+        out = ansible_playbook("-i", "localhost,", str(play))
+        assert changed_by_host(out) == {"localhost": 0}, out["stats"]
+        said = [r["msg"] for r in task_results(out, "Check that every frame sent was counted")["localhost"]["results"]]
+        assert said == ["eth0 udp: sent 30, counted 30", "eth0 tcp: sent 30, counted 30"], said
+        assert rx_counts(pair.rx) == {6: 30 * round_, 17: 30 * round_}

@@ -17,6 +17,7 @@ import re
 import subprocess
 import uuid
 
+import pytest
 import yaml
 
 from conftest import BPF_DIR, ROOT, ansible_playbook, task_results
@@ -127,6 +128,7 @@ def test_reachable_with_the_debian_kernel_and_the_toolchain(vm):
     assert sorted(line.split()[-1] for line in status if line.startswith("ii ")) == sorted(packages), status
 
 
+@pytest.mark.debian12("xdp_facts")
 def test_xdp_program_and_facts_over_ssh(vm, tmp_path):
     pair = VmPair()
     args = {"interface": "eth0", "netns": pair.rx, "object": "%s/xdp_drop_count.o" % OBJ_DIR,
@@ -164,6 +166,7 @@ def role_task_result(out, role, name, host="vm"):
 PKTGEN_LOADED = "test -d /proc/net/pktgen && echo loaded || echo absent"
 
 
+@pytest.mark.debian12("lab", "pktgen_sender", "pktgen_receiver")
 def test_traffic_playbook_sends_with_pktgen_on_the_vm(vm):
     """playbooks/traffic.yml on the VM as its header and the README give it (-e traffic_senders=vms
     -e traffic_receivers=vms; the namespaces tgsend and tgrecv of group_vars/vms.yml, built by the lab role),

@@ -51,6 +51,7 @@ def pins(pin_root):
     return sorted(found)
 
 
+@pytest.mark.debian12("xdp_program", "xdp_trafficgen")
 @pytest.mark.parametrize("mode", ["native", "generic"])
 def test_attach_rhythm_and_counts(run, pair, drop_obj, mode):
     args = dict(interface="eth0", netns=pair.rx, object=drop_obj, program="xdp_drop_count", mode=mode)

@@ -52,7 +52,7 @@ integration: integration-shared integration-quiet
 # The integration tests that can share the machine with other work, and those
 # marked quiet (they measure rates or timing), with the toolchain target.
 integration-shared:
-	$(PYTEST) -q -rxs --durations=25 --vm=without -m "not quiet" -n 2 --dist loadfile \
+	$(PYTEST) -q -rxs --durations=25 --vm=without -m "not quiet" -n 2 --dist loadfile --no-loadscope-reorder \
 		--junitxml=.build/test-logs/integration-shared.xml tests/integration
 
 integration-quiet:

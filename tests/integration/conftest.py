@@ -187,7 +187,9 @@ def pytest_collection_modifyitems(session, config, items):  # pylint: disable=un
     make integration-shared runs the tests on two workers (pytest-xdist, --dist loadfile): a file's tests run on
     one worker, in order, with its module fixtures set up once; tests that share fixed host state (the lab's
     namespaces) are in one file. xdist hands out the files in this order, so the files that take minutes go
-    first (LONGEST_FIRST): started last, one of them would leave the other worker idle at the end."""
+    first (LONGEST_FIRST): started last, one of them would leave the other worker idle at the end. Only with
+    --no-loadscope-reorder (make integration-shared, scripts/test_vm.sh): by default xdist hands out the files
+    with the most tests first instead (in the VM, test_capture.py and test_faults.py before test_xdp_metrics.py)."""
     def keep(item):
         on_vm = "vm" in getattr(item, "fixturenames", ())
         if config.getoption("kernel_dependent") and not any(

@@ -246,7 +246,6 @@ def attach(run, pair, drop_obj, **extra):
 # ---------------------------------------------------------------- counters equal frames sent
 
 
-@pytest.mark.debian12("xdp_metrics")
 def test_scrape_counts_equal_frames_sent(pair, run_served, drop_obj, served):
     run, exporter = run_served, served
     attach(run, pair, drop_obj)

@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ansible.errors import AnsibleFilterError
 
 RULE_KEYS = {"name", "interface", "metric", "per", "min", "max", "min_vs_before", "max_vs_before"}
@@ -219,8 +221,47 @@ def replay_findings(results, max_changed=0, allowed=None):
     return findings
 
 
+def rollout_batch_unchanged(hosts, hostvars):
+    """Whether the converge of ebpf.xdp.xdp_deploy (its registered __xdp_deploy_datapath) ran on every host
+    and left each as it was, with nothing more to do: no toolchain to install, no bcc entry to attach."""
+    for host in hosts:
+        variables = hostvars[host]
+        result = variables.get("__xdp_deploy_datapath")
+        if not isinstance(result, Mapping) or result.get("failed") or result.get("skipped") or result.get("changed"):
+            return False
+        if result.get("toolchain") is not None:
+            return False
+        entries = list(variables.get("xdp_deploy_programs") or []) + list(variables.get("xdp_deploy_tc_programs") or [])
+        if any(isinstance(entry, Mapping) and entry.get("backend") == "bcc" for entry in entries):
+            return False
+    return True
+
+
+STATUSES = ("updated", "unchanged", "would_change", "rolled_back", "rollback_failed")
+
+
+def rollout_statuses(hosts, hostvars):
+    """Where each host of a rollout stands, from its xdp_rollout_status and xdp_rollout_problems: the hosts of
+    each status, those never reached (untouched), and the problems of each host that had some. One pass over
+    the hosts' variables (each reference of hostvars in a template reads a host's variables anew)."""
+    found = {status: [] for status in STATUSES}
+    found.update(untouched=[], problems={})
+    for host in hosts:
+        variables = hostvars[host]
+        status = variables.get("xdp_rollout_status")
+        if status is None:
+            found["untouched"].append(host)
+        elif status in found and status not in ("untouched", "problems"):
+            found[status].append(host)
+        problems = variables.get("xdp_rollout_problems")
+        if problems:
+            found["problems"][host] = list(problems)
+    return found
+
+
 class FilterModule:
     def filters(self):
         return {"rollout_batches": rollout_batches, "rollout_health": rollout_health,
                 "rollout_changes": rollout_changes, "rollout_attached": rollout_attached,
-                "replay_findings": replay_findings}
+                "replay_findings": replay_findings, "rollout_batch_unchanged": rollout_batch_unchanged,
+                "rollout_statuses": rollout_statuses}

@@ -3,6 +3,7 @@
 controller memory; with --against REV, side by side with the collection as it was at git revision REV.
 
     .venv/bin/python tests/benchmarks/rollout.py [--hosts 10,50,100] [--forks 10,50] [--against REV] [--reruns N]
+        [--strategies linear,mitogen_linear --mitogen DIR]
     .venv/bin/python tests/benchmarks/rollout.py --smoke
 
 For each N, scripts/fleet_lab.py writes a lab of N receiver namespaces
@@ -16,6 +17,15 @@ action the controller answers alone such as set_fact or debug), and the
 controller's peak resident memory (the largest of ansible-playbook and its
 forked workers, from getrusage(RUSAGE_CHILDREN) of a child process that
 runs only that playbook; on this lab the modules, children too, are smaller).
+
+Ansible's floor, in the same run, on the same lab and with the same forks:
+before each re-run, a playbook of one ansible.builtin.ping per host of the
+rollout (no facts gathered), and the ratio of the re-run to it (medians).
+
+--strategies linear,mitogen_linear --mitogen DIR: each measured run (the
+ping floor, the rollout, the re-runs) under each strategy, side by side;
+DIR is where Mitogen's ansible_mitogen/plugins/strategy is (a pip install
+--target of mitogen 0.3.x will do: the venv need not have it).
 
 --against REV: the collection at REV (git archive of this checkout) runs the
 same lab in the same run, each forks setting alternating: REV's rollout and
@@ -107,8 +117,19 @@ def module_runs(doc, hosts):
     return sum(modules.values()) / hosts, {name: count / hosts for name, count in modules.most_common()}
 
 
+# Ansible's floor on the same lab: one module run per host of the rollout, nothing else.
+PING = """- name: Ansible's floor, one ping per host
+  hosts: xdp_hosts
+  gather_facts: false
+  tasks:
+    - name: Ping
+      ansible.builtin.ping:
+"""
+
+
 def playbook(root, inventory, name, forks, *extra):
-    argv = [PLAYBOOK, "-i", inventory, "-f", str(forks), os.path.join(root, "playbooks", name)]
+    path = name if os.path.isabs(name) else os.path.join(root, "playbooks", name)
+    argv = [PLAYBOOK, "-i", inventory, "-f", str(forks), path]
     for value in extra:
         argv += ["-e", json.dumps(value)]
     return argv
@@ -126,52 +147,86 @@ def collection_at(revision, directory):
     return directory, root
 
 
-def run_lab(hosts, forks_list, against=None, reruns=1):
-    """The measurements on one generated lab of hosts receivers: (lab_up seconds, rows)."""
+def with_strategy(name, env, strategy, mitogen):
+    """A collection's (name, env) for one strategy plugin: the default linear one as it is."""
+    if strategy == "linear":
+        return name, env
+    if not mitogen:
+        raise SystemExit("rollout.py: --strategies %s needs --mitogen DIR" % strategy)
+    return "%s, %s" % (name, strategy), dict(env, ANSIBLE_STRATEGY=strategy, ANSIBLE_STRATEGY_PLUGINS=mitogen)
+
+
+def measure(name, argv, env, output, hosts, forks, kind):
+    """One measured run of a playbook that must succeed: its row and module runs per module."""
+    seconds, mib, rc = measured(argv, env, output)
+    doc = callback_document(output)
+    if rc != 0:
+        raise SystemExit("rollout.py: %s of %s failed (%d hosts, forks %d):\n%s"
+                         % (kind, name, hosts, forks, "\n".join(failures(doc))))
+    runs, modules = module_runs(doc, hosts)
+    if kind != "rollout" and any(host["changed"] for host in doc["stats"].values()):
+        raise SystemExit("rollout.py: the %s of %s changed something" % (kind, name))
+    row = (name, hosts, forks, kind, seconds, seconds / hosts, runs, mib)
+    print("%-14s %5d hosts  forks %3d  %-9s %7.1f s  %5.2f s/host  %5.1f module runs/host  %6.0f MiB" % row,
+          flush=True)
+    print("%14s per host: %s" % ("", ", ".join("%s %g" % item for item in modules.items())))
+    return row
+
+
+def run_lab(hosts, forks_list, against=None, reruns=1, strategies=("linear",), mitogen=None, lab=None):
+    """The measurements on one generated lab of hosts receivers (lab: one that is up already, its traffic
+    running, left as it is): (lab_up seconds, rows)."""
     prefix = "bn" + uuid.uuid4().hex[:4]
-    directory = tempfile.mkdtemp(prefix="fleet-bench-")
+    directory = lab or tempfile.mkdtemp(prefix="fleet-bench-")
     env = dict(ENV)
     collections = [("this checkout", ROOT, env)]
     others = tempfile.mkdtemp(prefix="fleet-against-")  # out of the inventory directory, which Ansible reads whole
     if against:
         path, root = collection_at(against, others)
         collections.insert(0, (against, root, dict(env, ANSIBLE_COLLECTIONS_PATH=path)))
+    variants = []
+    for name, root, run_env in collections:
+        for strategy in strategies:
+            variants.append((root,) + with_strategy(name, run_env, strategy, mitogen))
     output = directory + ".json"  # next to the inventory directory: Ansible would read a file in it as inventory
+    ping = os.path.join(others, "ping.yml")
+    with open(ping, "w", encoding="utf-8") as handle:
+        handle.write(PING)
     rows = []
+    lab_seconds = 0.0
     try:
-        subprocess.run([sys.executable, FLEET, "inventory", directory, "-n", str(hosts), "--prefix", prefix],
-                       check=True, stdout=subprocess.DEVNULL)
-        start = time.monotonic()
-        subprocess.run(playbook(ROOT, directory, "lab_up.yml", 10), env=env, check=True, stdout=subprocess.DEVNULL)
-        lab_seconds = time.monotonic() - start
-        subprocess.run([sys.executable, FLEET, "traffic", directory, "start"], check=True, stdout=subprocess.DEVNULL)
-        release = 1
+        if not lab:
+            subprocess.run([sys.executable, FLEET, "inventory", directory, "-n", str(hosts), "--prefix", prefix],
+                           check=True, stdout=subprocess.DEVNULL)
+            start = time.monotonic()
+            subprocess.run(playbook(ROOT, directory, "lab_up.yml", 10), env=env, check=True,
+                           stdout=subprocess.DEVNULL)
+            lab_seconds = time.monotonic() - start
+            subprocess.run([sys.executable, FLEET, "traffic", directory, "start"], check=True,
+                           stdout=subprocess.DEVNULL)
+        release = int(time.time()) if lab else 1  # a release the kept lab has not had
         if against:  # both measured rollouts are upgrades
             subprocess.run(playbook(ROOT, directory, "deploy_xdp.yml", max(forks_list), {"fleet_release": release}),
                            env=env, check=True, stdout=subprocess.DEVNULL)
         for forks in forks_list:
-            for name, root, run_env in collections:
+            for root, name, run_env in variants:
                 release += 1
-                for kind in ["rollout"] + ["re-run"] * reruns:
-                    argv = playbook(root, directory, "deploy_xdp.yml", forks, {"fleet_release": release})
-                    seconds, mib, rc = measured(argv, run_env, output)
-                    doc = callback_document(output)
-                    if rc != 0:
-                        raise SystemExit("rollout.py: deploy_xdp.yml of %s failed (%s, %d hosts, forks %d):\n%s"
-                                         % (name, kind, hosts, forks, "\n".join(failures(doc))))
-                    runs, modules = module_runs(doc, hosts)
-                    if kind == "re-run" and any(host["changed"] for host in doc["stats"].values()):
-                        raise SystemExit("rollout.py: the re-run of %s changed something" % name)
-                    rows.append((name, hosts, forks, kind, seconds, seconds / hosts, runs, mib))
-                    print("%-14s %5d hosts  forks %3d  %-8s %7.1f s  %5.2f s/host  %5.1f module runs/host  %6.0f MiB"
-                          % rows[-1], flush=True)
-                    print("%14s per host: %s" % ("", ", ".join("%s %g" % item for item in modules.items())))
+                deploy = playbook(root, directory, "deploy_xdp.yml", forks, {"fleet_release": release})
+                rows.append(measure(name, deploy, run_env, output, hosts, forks, "rollout"))
+                # The floor just before each re-run: one burst of the shared machine's noise hits both alike.
+                for _run in range(reruns):
+                    rows.append(measure(name, playbook(root, directory, ping, forks), run_env, output, hosts, forks,
+                                        "ping floor"))
+                    rows.append(measure(name, deploy, run_env, output, hosts, forks, "re-run"))
     finally:
-        subprocess.run([sys.executable, FLEET, "traffic", directory, "stop"], check=False, stdout=subprocess.DEVNULL)
-        subprocess.run(playbook(ROOT, directory, "lab_down.yml", 10), env=env, check=False, stdout=subprocess.DEVNULL)
-        for i in range(1, hosts + 1):
-            shutil.rmtree("/var/lib/ebpf_xdp/lab/%s%03d" % (prefix, i), ignore_errors=True)
-        shutil.rmtree(directory, ignore_errors=True)
+        if not lab:
+            subprocess.run([sys.executable, FLEET, "traffic", directory, "stop"], check=False,
+                           stdout=subprocess.DEVNULL)
+            subprocess.run(playbook(ROOT, directory, "lab_down.yml", 10), env=env, check=False,
+                           stdout=subprocess.DEVNULL)
+            for i in range(1, hosts + 1):
+                shutil.rmtree("/var/lib/ebpf_xdp/lab/%s%03d" % (prefix, i), ignore_errors=True)
+            shutil.rmtree(directory, ignore_errors=True)
         shutil.rmtree(others, ignore_errors=True)
         if os.path.exists(output):
             os.unlink(output)
@@ -184,6 +239,11 @@ def main():
     parser.add_argument("--forks", default="10,50")
     parser.add_argument("--against", metavar="REV", help="also the collection at this git revision, side by side")
     parser.add_argument("--reruns", type=int, default=1, help="the no-change re-run this many times")
+    parser.add_argument("--strategies", default="linear",
+                        help="strategy plugins to measure side by side (linear, mitogen_linear)")
+    parser.add_argument("--mitogen", metavar="DIR", help="the directory of Mitogen's strategy plugins")
+    parser.add_argument("--lab", metavar="DIR", help="a generated lab that is up (fleet_lab.py, lab_up.yml, "
+                        "its traffic started), of --hosts receivers: measured as it is, left up")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     # Each run's line as it ends: a long run stopped half-way keeps what it measured.
@@ -194,18 +254,22 @@ def main():
     print("deploy_xdp.yml rollout (batches 1, 10%, rest; settle 1 s, rates 1 s) and its idempotent re-run")
     table = []
     for hosts in (int(h) for h in args.hosts.split(",")):
-        lab_seconds, rows = run_lab(hosts, forks_list, args.against, args.reruns)
+        lab_seconds, rows = run_lab(hosts, forks_list, args.against, args.reruns, args.strategies.split(","),
+                                    args.mitogen and os.path.abspath(args.mitogen), args.lab)
         print("%5d hosts  lab_up.yml %.1f s" % (hosts, lab_seconds), flush=True)
         table += rows
     print("\n| collection | hosts | forks | run | wall s | s/host | module runs/host | controller peak RSS MiB |")
     print("|---|---|---|---|---|---|---|---|")
     for row in table:
         print("| %s | %d | %d | %s | %.1f | %.2f | %.1f | %.0f |" % row)
-    if args.reruns > 1:
-        for (name, hosts, forks), rows in itertools.groupby(table, key=lambda row: row[:3]):
-            seconds = sorted(row[4] for row in rows if row[3] == "re-run")
-            print("%s, %d hosts, forks %d: re-run median %.1f s (min %.1f, max %.1f, %d runs)"
-                  % (name, hosts, forks, statistics.median(seconds), seconds[0], seconds[-1], len(seconds)))
+    for (name, hosts, forks), rows in itertools.groupby(table, key=lambda row: row[:3]):
+        rows = list(rows)
+        seconds = sorted(row[4] for row in rows if row[3] == "re-run")
+        floor = sorted(row[4] for row in rows if row[3] == "ping floor")
+        print("%s, %d hosts, forks %d: re-run median %.1f s (min %.1f, max %.1f, %d runs); ping floor median %.1f s"
+              " (min %.1f, max %.1f); re-run / ping floor %.2f"
+              % (name, hosts, forks, statistics.median(seconds), seconds[0], seconds[-1], len(seconds),
+                 statistics.median(floor), floor[0], floor[-1], statistics.median(seconds) / statistics.median(floor)))
     if args.smoke and any(row[6] < 1 for row in table):
         raise SystemExit("rollout.py: a run counted no module runs on its hosts")
 

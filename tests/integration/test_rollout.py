@@ -287,6 +287,33 @@ def test_a_failed_converge_stops_the_rollout_and_rolls_back_its_batch(fleet):
     assert (after[hosts[3]] or {}).get("id") == (before[hosts[3]] or {}).get("id"), (before, after)
 
 
+def test_a_bad_argument_on_a_host_of_the_last_batch_stops_the_rollout_before_any_host_changes(at_release_1):
+    """Every host's arguments (xdp_rollout's and xdp_deploy's) are checked in one task before the first batch,
+    not by ansible-core as each batch starts: a bad value on a host of the last batch changes no host, and the
+    message names the host, the role and the option."""
+    inventory, hosts = at_release_1
+    host_vars = os.path.join(inventory, "host_vars")
+    os.makedirs(host_vars, exist_ok=True)
+    path = os.path.join(host_vars, hosts[-1] + ".yml")
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("xdp_rollout_settle: soon\nxdp_deploy_state: everything\n")
+    try:
+        rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": 2})
+    finally:
+        os.unlink(path)
+    assert rc != 0
+    failed = [(host, result.get("msg", "")) for play in out["plays"] for task in play["tasks"]
+              for host, result in task["hosts"].items() if result.get("failed")]
+    assert len(failed) == 1, failed
+    message = failed[0][1]
+    assert message.startswith("Validation of arguments failed: "), message
+    assert "%s: xdp_rollout (main): " % hosts[-1] in message and "xdp_rollout_settle" in message, message
+    assert "%s: xdp_deploy (main): " % hosts[-1] in message and "xdp_deploy_state" in message, message
+    assert not [host for host in hosts[:-1] if host in message], message
+    assert set(changed(out).values()) <= {0}, changed(out)
+    assert releases(inventory, hosts) == dict.fromkeys(hosts, 1)
+
+
 ROLLBACK = """
 - name: Roll back
   hosts: all

@@ -7,7 +7,8 @@ from ansible.playbook.play import Play
 from ansible.executor.playbook_executor import PlaybookExecutor
 
 from ansible_collections.ebpf.xdp.plugins.filter.rollout import (
-    replay_findings, rollout_attached, rollout_batches, rollout_changes, rollout_health)
+    replay_findings, rollout_attached, rollout_batch_unchanged, rollout_batches, rollout_changes, rollout_health,
+    rollout_statuses)
 
 HOSTS = ["h%d" % i for i in range(1, 101)]
 
@@ -133,3 +134,40 @@ def test_replay_findings_count_what_is_not_allowed():
     assert found[0]["changed_verdicts"] == 4 and found[1]["compared"] is False
     assert replay_findings(results[:1], 4, ["XDP_DROP -> XDP_PASS"])[0]["problem"] == ""
     assert replay_findings(results[:1], 5)[0]["problem"].startswith("replay of eth0 xdp: 6 of 20")
+
+
+def _converged(**result):
+    return dict({"changed": False, "item_results": {"xdp": [], "tc": []}}, **result)
+
+
+@pytest.mark.parametrize("hostvars, unchanged", [
+    ({"h1": {"__xdp_deploy_datapath": _converged()}, "h2": {"__xdp_deploy_datapath": _converged()}}, True),
+    ({"h1": {"__xdp_deploy_datapath": _converged()}, "h2": {"__xdp_deploy_datapath": _converged(changed=True)}},
+     False),
+    ({"h1": {"__xdp_deploy_datapath": _converged()}, "h2": {"__xdp_deploy_datapath": _converged(failed=True)}},
+     False),
+    # a host the converge found without the toolchain, to be prepared and converged again
+    ({"h1": {"__xdp_deploy_datapath": _converged(toolchain={"missing": ["clang"]})},
+      "h2": {"__xdp_deploy_datapath": _converged()}}, False),
+    # a host that did not run it (skipped: bcc entries, prepared first; or unreachable)
+    ({"h1": {"__xdp_deploy_datapath": {"skipped": True, "changed": False}},
+      "h2": {"__xdp_deploy_datapath": _converged()}}, False),
+    ({"h1": {}, "h2": {"__xdp_deploy_datapath": _converged()}}, False),
+    # bcc entries have tasks of their own after the converge
+    ({"h1": {"__xdp_deploy_datapath": _converged(), "xdp_deploy_programs": [{"interface": "eth0"}]},
+      "h2": {"__xdp_deploy_datapath": _converged(), "xdp_deploy_tc_programs": [{"backend": "bcc"}]}}, False),
+])
+def test_a_batch_is_unchanged_when_every_converge_ran_changed_nothing_and_has_nothing_more(hostvars, unchanged):
+    assert rollout_batch_unchanged(["h1", "h2"], hostvars) is unchanged
+
+
+def test_statuses_of_a_rollout_in_one_pass():
+    hostvars = {"h1": {"xdp_rollout_status": "updated", "xdp_rollout_problems": []},
+                "h2": {"xdp_rollout_status": "rolled_back", "xdp_rollout_problems": ["share of dropped frames"]},
+                "h3": {"xdp_rollout_status": "unchanged"},
+                "h4": {},
+                "h5": {"xdp_rollout_status": "rollback_failed", "xdp_rollout_problems": ["a", "b"]}}
+    assert rollout_statuses(["h1", "h2", "h3", "h4", "h5"], hostvars) == {
+        "updated": ["h1"], "unchanged": ["h3"], "would_change": [], "rolled_back": ["h2"],
+        "rollback_failed": ["h5"], "untouched": ["h4"],
+        "problems": {"h2": ["share of dropped frames"], "h5": ["a", "b"]}}

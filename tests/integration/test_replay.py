@@ -322,7 +322,7 @@ def test_a_multicast_switch_replays_with_copies_of_its_groups(run_distro, pair, 
     assert res["verdicts"]["old"] == {"XDP_PASS": len(MIX), "XDP_REDIRECT": 1}, res
 
 
-def test_a_captured_sample_replays(run_distro, pair, drop_obj, candidates, tmp_path):
+def test_a_captured_sample_replays(run_distro, pair, drop_obj, candidates, tmp_path, module_start_seconds):
     """Frames captured on the sender's side of the veth (before the receiver's XDP program: UDP, TCP, ICMP over
     IPv4 and IPv6, a VLAN-tagged TCP frame, ARP, other) replayed against the drop-TCP release: exactly the TCP
     frames change, PASS to DROP."""
@@ -331,7 +331,7 @@ def test_a_captured_sample_replays(run_distro, pair, drop_obj, candidates, tmp_p
                                          constants={"xdp_action": XDP_PASS}))
     assert res["changed"], res
     pcap = tmp_path / "sample.pcap"
-    captures = Captures(run_distro)
+    captures = Captures(run_distro, module_start_seconds)
     try:
         future = captures.start(pair.tx, pcap, direction="out", count=len(frames), seconds=60)
         send_from(pair.tx, frames)

@@ -34,8 +34,8 @@ read, tcx probes, and every call that costs a system call: `bpf` (each
 bpf() the libbpf binding makes, by command under `bpf:<call>`), `netlink`
 (each netlink request, by kind under `netlink:<what>`), `libxdp:<call>`
 (calls into libxdp, which makes its own bpf() calls), `record` (ownership
-records read from bpffs). The tests and tests/benchmarks/datapath.py
-assert and print round trips with it.
+records read from bpffs). The tests check the round trips with it, and
+tests/benchmarks/datapath.py prints them.
 """
 
 from __future__ import annotations

@@ -132,3 +132,16 @@ def test_a_sliced_rollout_without_a_name_is_refused(at_release_1):  # pylint: di
     assert "xdp_rollout_id is empty: give the rollout a name" in slices.failures(job)
     assert "Traceback" not in slices.failures(job)
     assert releases(lab) == [1] * 4
+
+
+def test_a_rollout_name_that_leads_out_of_the_markers_directory_is_refused(at_release_1):  # pylint: disable=redefined-outer-name
+    lab = at_release_1
+    outside = os.path.join(os.path.dirname(lab.signals), "escaped")
+    job = lab.finish_job(lab.start_job("escape", lab.hosts[0::2], {
+        "fleet_release": 2, "xdp_serial": SERIAL, "xdp_rollout_signal_host": "localhost",
+        "xdp_rollout_signal_dir": lab.signals, "xdp_rollout_id": "../escaped"}))
+    assert job["rc"] != 0
+    assert "has a '..' component" in slices.failures(job), slices.failures(job)
+    assert "Traceback" not in slices.failures(job)
+    assert not os.path.exists(outside)
+    assert releases(lab) == [1] * 4

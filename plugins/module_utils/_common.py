@@ -35,9 +35,16 @@ INTERFACE_ARGS = _argspecs.INTERFACE_ARGS
 PROGRAM_ARGS = _argspecs.PROGRAM_ARGS
 PIN_ROOT_ARGS = _argspecs.PIN_ROOT_ARGS
 
+
+def program_args(module: str) -> dict:
+    """A program module's options: its own (generated as <MODULE>_OPTIONS from docs/options.yml) and the shared
+    sets; ebpf.xdp.datapath's entries for its hook (the adapter's module) take the same."""
+    return dict(**getattr(_argspecs, module.upper() + "_OPTIONS"), **INTERFACE_ARGS, **PROGRAM_ARGS, **PIN_ROOT_ARGS)
+
+
 # The options of each item module; ebpf.xdp.datapath's config entries take the same.
-XDP_PROGRAM_ARGS = dict(**_argspecs.XDP_PROGRAM_OPTIONS, **INTERFACE_ARGS, **PROGRAM_ARGS, **PIN_ROOT_ARGS)
-TC_PROGRAM_ARGS = dict(**_argspecs.TC_PROGRAM_OPTIONS, **INTERFACE_ARGS, **PROGRAM_ARGS, **PIN_ROOT_ARGS)
+XDP_PROGRAM_ARGS = program_args("xdp_program")
+TC_PROGRAM_ARGS = program_args("tc_program")
 DEVMAP_GROUP_ARGS = dict(**_argspecs.DEVMAP_GROUP_OPTIONS, **PIN_ROOT_ARGS)
 DEVMAP_GROUP_RULES = dict(required_one_of=[("name", "id")])
 

@@ -40,32 +40,27 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _facts
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import bcc as _bcc, compile as _compile
-from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge, revisions as _revisions
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import (
+    adapters as _adapters, converge as _converge, revisions as _revisions)
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns, session as _session
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import toolchain as _toolchain
 from ansible_collections.ebpf.xdp.plugins.module_utils.host.journal import Journal
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils.maps import devmap as _devmap, map_entry as _map_entry
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
-# Importing the adapters also registers them with the converger (_converge.ADAPTERS).
-from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import tc as _tc
-from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.tc import TcHook
-from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.xdp import XdpHook
 
 STATES = ("merged", "replaced", "overridden", "deleted", "gathered")
 PROGRAM_RULES = _revisions.module_rules(_bcc.MODULE_RULES)
+# The hooks' sections: each kind of hook registered with the converger (hooks/adapters), by its adapter.
+HOOKS = {adapter.kind: adapter for adapter in _adapters.HOOKS}
 # section -> (module, argument spec, rules); the converge order.
-SECTIONS = {
-    "objects": ("bpf_object", _compile.OBJECT_ARGS, {}),
-    "xdp": ("xdp_program", _common.XDP_PROGRAM_ARGS, PROGRAM_RULES),
-    "tc": ("tc_program", _common.TC_PROGRAM_ARGS, PROGRAM_RULES),
-    "devmap_groups": ("devmap_group", _common.DEVMAP_GROUP_ARGS, _common.DEVMAP_GROUP_RULES),
-    "map_entries": ("bpf_map_entry", _map_entry.ENTRY_ARGS, {}),
-}
+SECTIONS = dict(
+    [("objects", ("bpf_object", _compile.OBJECT_ARGS, {}))]
+    + [(kind, (adapter.module, _common.program_args(adapter.module), PROGRAM_RULES)) for kind, adapter in HOOKS.items()]
+    + [("devmap_groups", ("devmap_group", _common.DEVMAP_GROUP_ARGS, _common.DEVMAP_GROUP_RULES)),
+       ("map_entries", ("bpf_map_entry", _map_entry.ENTRY_ARGS, {}))])
 # What each section's names and paths must be (_common.check_names), as its module checks them.
-SECTION_NAMES = {"xdp": _common.PROGRAM_NAMES, "tc": _common.PROGRAM_NAMES, "devmap_groups": _common.DEVMAP_GROUP_NAMES}
-# The hooks' sections: each kind of hook registered with the converger (XdpHook, TcHook), by its adapter.
-HOOKS = {kind: _converge.ADAPTERS[kind].from_params for kind in ("xdp", "tc")}
+SECTION_NAMES = dict(dict.fromkeys(HOOKS, _common.PROGRAM_NAMES), devmap_groups=_common.DEVMAP_GROUP_NAMES)
 # The module's options (documented in plugins/modules/datapath.py). The entries are checked by validate(), each
 # against its own module's spec: Ansible's suboptions would need a second copy of every one of them.
 ARGS = dict(
@@ -139,12 +134,12 @@ def validate(config: dict, pin_root: str) -> dict[str, list[dict]]:
                 _common.check_names(params, SECTION_NAMES.get(section, _common.NAMES))
             except EbpfXdpError as exc:
                 raise ConfigError("%s: %s" % (where(section, index), exc)) from exc
-            if section in ("xdp", "tc") and params["backend"] != "libbpf":
+            if section in HOOKS and params["backend"] != "libbpf":
                 raise ConfigError("%s: backend %s is not available in ebpf.xdp.datapath; use ebpf.xdp.%s for it"
                                   % (where(section, index), params["backend"], module))
-            if section in ("xdp", "tc"):
+            if section in HOOKS:
                 try:
-                    (XdpHook if section == "xdp" else TcHook).check_params(params)
+                    HOOKS[section].check_params(params)
                 except EbpfXdpError as exc:
                     raise ConfigError("%s: %s" % (where(section, index), exc)) from exc
             entries.append(params)
@@ -157,10 +152,8 @@ def key_of(section: str, params: dict) -> tuple:
     """What one entry is the only one to manage: a hook, a group of a map set, a map, an object file."""
     if section == "objects":
         return (params["dest"] or params["src"],)
-    if section == "xdp":
-        return (params["netns"], params["interface"], params.get("name"))
-    if section == "tc":
-        return (params["netns"], params["interface"], params["direction"], params.get("name"))
+    if section in HOOKS:
+        return HOOKS[section].entry_key(params)
     if section == "map_entries":
         return (params["netns"], params["path"])
     raise ValueError(section)
@@ -168,11 +161,10 @@ def key_of(section: str, params: dict) -> tuple:
 
 def describe(section: str, key: tuple) -> str:
     netns = key[0] if section != "objects" else None
-    place = {"objects": lambda: "object %s" % key[0],
-             "xdp": lambda: "the XDP hook of %s" % key[1] + (" (attachment %s)" % key[2] if key[2] else ""),
-             "tc": lambda: "the tc %s hook of %s" % (key[2], key[1]) + (" (attachment %s)" % key[3] if key[3] else ""),
-             "map_entries": lambda: "map %s" % key[1],
-             "devmap_groups": lambda: "group %s of map set %s" % (key[2], key[1])}[section]()
+    place = HOOKS[section].describe(key) if section in HOOKS else {
+        "objects": lambda: "object %s" % key[0],
+        "map_entries": lambda: "map %s" % key[1],
+        "devmap_groups": lambda: "group %s of map set %s" % (key[2], key[1])}[section]()
     return place + (" in netns %s" % netns if netns else "")
 
 
@@ -208,8 +200,9 @@ def scope(validated: dict, namespaces: list[str] | None) -> list[str | None]:
 
 
 def gather(pin_root: str, namespaces: list[str | None]) -> dict[str, list[dict]]:
-    """This collection's XDP and tc attachments and devmap groups in the namespaces, in config's shape."""
-    out = {"xdp": [], "tc": [], "devmap_groups": []}
+    """This collection's attachments on every registered hook and its devmap groups in the namespaces, in config's
+    shape."""
+    out = dict({kind: [] for kind in HOOKS}, devmap_groups=[])
     for netns in namespaces:
         with _netns.netns(netns):
             key = _netns.netns_key(netns)
@@ -223,39 +216,13 @@ def gather(pin_root: str, namespaces: list[str | None]) -> dict[str, list[dict]]
                         continue  # the clsact record, or another kind of pin directory of the collection
                     record = _pins.Record(os.path.join(top, ifname, hook, "owner")).read()
                     if record:
-                        out[kind].append(_entry_of(record, netns, ifname, kind, hook))
+                        out[kind].append(HOOKS[kind].entry_of(record, netns, ifname, hook))
             for name, set_dir in _devmap.map_sets(pin_root, key).items():
                 groups, records = _devmap.read_set(set_dir, name)
                 for group in groups:
                     if group["id"] in records:
                         out["devmap_groups"].append(_group_entry(group, netns, name, records[group["id"]]))
     return out
-
-
-def _entry_of(record: dict, netns: str | None, ifname: str, kind: str, hook: str) -> dict:
-    """An attachment's record (in the directory hook, of a kind of hook) as the config entry that would leave
-    it as it is."""
-    # A program named by its function or by its section, as its task named it (the options exclude each other).
-    named = {"section": record["section"]} if record.get("section") else {"program": record.get("program")}
-    entry = dict({"interface": ifname, "netns": netns, "object": record.get("object")}, **named,
-                 constants=record.get("constants") or {})
-    if record.get("shared_maps"):
-        entry["shared_maps"] = record["shared_maps"]
-    hook, attachment = _pins.split_hook_dir(hook)
-    if kind == "xdp":
-        entry["mode"] = record.get("requested_mode") or "auto"
-        if attachment:
-            entry.update(name=attachment, priority=record.get("requested_priority"),
-                         chain_call_actions=record.get("requested_chain_call_actions"))
-        return entry
-    entry.update(direction=record.get("direction") or hook[len(kind) + 1:],
-                 method=record.get("requested_method") or "auto")
-    if attachment:
-        entry["name"] = attachment
-    for name in ("priority", "handle", "verdict", "before", "after"):
-        if record.get("requested_" + name) is not None:
-            entry[name] = record["requested_" + name]
-    return entry
 
 
 def _group_entry(group: dict, netns: str | None, set_name: str, record: dict) -> dict:
@@ -277,7 +244,7 @@ def keys_of(section: str, params: dict) -> list[tuple]:
 
 
 # What state deleted removes, last in first out; objects are files, not host state, and stay.
-DELETED = ("map_entries", "devmap_groups", "tc", "xdp")
+DELETED = ("map_entries", "devmap_groups") + tuple(reversed(HOOKS))
 
 
 def plan(state: str, validated: dict, gathered: dict, pin_root: str) -> list[tuple[str, int | None, dict]]:
@@ -334,14 +301,6 @@ def _absent(section: str, params: dict, pin_root: str) -> dict:
 # ---------------------------------------------------------------- converging
 
 
-ORDER_OPTIONS = ("before", "after")
-
-
-def _tc_attachment(params: dict, name: str) -> tuple:
-    """A named tc attachment's identity within one run: namespace, interface, direction, name."""
-    return (params.get("netns") or None, params["interface"], params.get("direction") or "ingress", name)
-
-
 class Run:
     """One datapath task: its steps converged in order, each change journalled for the put-back."""
 
@@ -358,15 +317,16 @@ class Run:
         # Each change with what puts it back (converging the params it had, a hook held as it was, the sources
         # as they were), in words; the held hooks and sources let go of when the run is over.
         self.journal = Journal()
-        # Check mode: the named tc attachments an earlier entry would put in place, which a later entry's
-        # before/after may name although the kernel does not hold them yet.
-        self.predicted_tc: set[tuple] = set()
+        # Check mode: the named attachments (section, entry_key) an earlier entry would put in place, which a
+        # later entry may be placed beside (tc's before/after) although the kernel does not hold them yet.
+        self.predicted: set[tuple] = set()
 
     def converge(self, section: str, params: dict, before_change=None) -> dict:
         if section == "objects":
             result, warnings = _compile.converge_object(params, self.check_mode, self.run_command, self.find_clang)
         elif section in HOOKS:
-            result, warnings = _converge.converge_interface(params, self.check_mode, HOOKS[section], before_change)
+            result, warnings = _converge.converge_interface(params, self.check_mode, HOOKS[section].from_params,
+                                                            before_change)
         elif section == "devmap_groups":
             result, warnings = _devmap.converge(params, self.check_mode)
         else:
@@ -400,12 +360,12 @@ class Run:
                 holds.append(self._hold(section, params, gathered))
         held = None
         try:
-            result = self._predict_placed(params) if self._anchor_predicted(section, params) else \
+            result = self._predict_placed(section, params) if self._anchor_predicted(section, params) else \
                 self.converge(section, params, None if self.check_mode else before_change)
             held = holds.pop() if holds else None
-            if self.check_mode and section == "tc" and result.get("changed") and params.get("name") \
+            if self.check_mode and section in HOOKS and result.get("changed") and params.get("name") \
                     and params.get("state", "present") == "present":
-                self.predicted_tc.add(_tc_attachment(params, params["name"]))
+                self.predicted.add((section, HOOKS[section].entry_key(params)))
             if result.get("changed"):
                 self.changes.append({"entry": label, "section": section, "state": params.get("state", "present"),
                                      "diff": result.get("diff")})
@@ -430,15 +390,16 @@ class Run:
             self.results[section].append(dict(result, item={k: v for k, v in params.items() if k != "pin_root"}))
 
     def _anchor_predicted(self, section: str, params: dict) -> bool:
-        """Check mode: whether the entry's before/after names an attachment an earlier entry would attach."""
-        return self.check_mode and section == "tc" and any(
-            _tc_attachment(params, _tc.anchor_attachment(params.get(option))) in self.predicted_tc
-            for option in ORDER_OPTIONS)
+        """Check mode: whether the entry is placed beside (tc: before/after) an attachment an earlier entry would
+        attach."""
+        return self.check_mode and section in HOOKS and any(
+            (section, HOOKS[section].entry_key(dict(params, name=name))) in self.predicted
+            for name in HOOKS[section].placed_next_to(params))
 
-    def _predict_placed(self, params: dict) -> dict:
+    def _predict_placed(self, section: str, params: dict) -> dict:
         """Check mode, for an entry placed next to an attachment this run would make first: the entry checked
         without its place (program, object, verifier), reported as a change (it attaches, or moves, there)."""
-        result = self.converge("tc", dict(params, **dict.fromkeys(ORDER_OPTIONS)))
+        result = self.converge(section, HOOKS[section].unplaced(params))
         return dict(result, changed=True)
 
     def _hold(self, section: str, params: dict, gathered: dict) -> _converge.Held | None:

@@ -11,7 +11,8 @@ The layout, spelled out here and nowhere else. Under the pin root (default
 /sys/fs/bpf/ebpf_xdp), one directory per network namespace, because several
 lab hosts share one bpffs:
 
-    <pin_root>/<netns>/<ifname>/<hook>/     one attachment (hook: xdp, tc_ingress, tc_egress: HOOK_DIRS)
+    <pin_root>/<netns>/<ifname>/<hook>/     one attachment (hook: xdp, tc_ingress, tc_egress: each hook adapter
+                                            names its own, HOOK_DIRS)
     <pin_root>/<netns>/<ifname>/<hook>@<name>/
                                             a named attachment (option name): one more on the same hook, beside
                                             the unnamed one and each other, with the same contents
@@ -94,10 +95,24 @@ def check_bpffs(pin_root: str) -> None:
             "'mount -t bpf bpf /sys/fs/bpf' or apply the ebpf.xdp.toolchain role" % pin_root)
 
 
-# Each kind of hook (the converger's adapters register under these names) -> the directories of an
-# interface that hold one attachment of it each.
-HOOK_DIRS = {"xdp": ("xdp",), "tc": ("tc_ingress", "tc_egress")}
-ATTACHMENT_DIRS = tuple(name for names in HOOK_DIRS.values() for name in names)
+# Each kind of hook -> the directories of an interface that hold one attachment of it each: filled by the
+# converger's adapters as they register (hooks/converge.register, HookAdapter.hook_dirs), so that a new hook
+# brings its own.
+HOOK_DIRS: dict[str, tuple[str, ...]] = {}
+
+
+def add_hook_dirs(kind: str, directories: tuple[str, ...]) -> None:
+    """A kind of hook's attachment directories; a directory is one kind's only."""
+    taken = {name: other for other, names in HOOK_DIRS.items() if other != kind for name in names}
+    clash = [name for name in directories if name in taken]
+    if clash or not directories:
+        raise ValueError("hook kind %r: attachment directories %r (taken: %r)" % (kind, directories, clash))
+    HOOK_DIRS[kind] = tuple(directories)
+
+
+def attachment_dirs() -> tuple[str, ...]:
+    """Every registered hook's unnamed attachment directories, in the order the hooks registered."""
+    return tuple(name for names in HOOK_DIRS.values() for name in names)
 
 
 # What names one of several attachments on a hook (option name), and what joins it to the hook's directory.
@@ -137,7 +152,8 @@ def hook_attachments(pin_root: str, interface_dir: str, hook: str) -> dict[str |
     found = {}
     for entry in sorted(os.listdir(interface_dir)) if os.path.isdir(interface_dir) else []:
         base, name = split_hook_dir(entry)
-        if base == hook and hook_kind(entry) and os.path.isdir(os.path.join(interface_dir, entry)):
+        if base == hook and (name is None or ATTACHMENT_NAME.fullmatch(name)) \
+                and os.path.isdir(os.path.join(interface_dir, entry)):
             found[name] = PinDir(pin_root, os.path.join(interface_dir, entry))
     return found
 

@@ -9,11 +9,13 @@ Private to the ebpf.xdp collection: the interface may change without notice.
 
 The hook contract. A hook adapter (XdpHook in hooks/xdp.py, TcHook in hooks/tc.py)
 derives from HookAdapter, whose abstract methods are the contract, and is
-registered under its kind (@register; ADAPTERS, read by ebpf.xdp.datapath
-for its config sections, _pins.HOOK_DIRS for its pin directories). It gives
-the converger:
+registered under its kind in hooks/adapters (register: ADAPTERS, every
+section of ebpf.xdp.datapath that is a hook; its hook_dirs go to
+_pins.HOOK_DIRS; an adapter its kind's from_params picks for some tasks,
+named XDP's, with register_variant). It gives the converger:
 
-    kind                            its kind of hook: "xdp", "tc" (a key of _pins.HOOK_DIRS)
+    kind                            its kind of hook: "xdp", "tc" (datapath's section, a key of _pins.HOOK_DIRS)
+    hook_dirs                       the interface's directories that hold its unnamed attachments
     from_params(params, ifindex, netns_key)
                                     the adapter for a task's (or a datapath entry's) options
     name, label, prog_type, pins    pin directory component, name in messages,
@@ -31,6 +33,19 @@ the converger:
     replace(observed, prog)         swap a program that no link holds, atomically
     detach(observed)                take the observed program off, however it is held
     restore(observed, old_prog)     put a detached program back as it was held
+
+and, for its section of ebpf.xdp.datapath and the task's options (defaults
+fit a hook that has an interface and an optional attachment name):
+
+    module                          its program module (xdp_program), whose options its entries take
+    check_params(params)            what the argument spec cannot say about them (raise HookError)
+    entry_key(params), describe(key)
+                                    what one entry is the only one to manage, in a tuple and in words
+    entry_of(record, netns, ifname, directory)
+                                    an attachment's record as the entry that leaves it as it is
+    placed_next_to(params)          the attachments of ours on the same hook an entry is placed beside
+    rollback_options                record key -> task option a rollback (revision: previous) takes back
+    widest_record                   the record keys of its placement at their widest (the size check)
 
 HookAdapter supplies what is the same for every hook: swapping a program
 held by a bpf_link (bpf_link_update) and holding the old program during a
@@ -98,9 +113,8 @@ def fault_point(name: str) -> None:
         raise HookError("fault injected at %s" % name)
 
 
-# The largest placement a record can get, to check its size before the swap.
-WIDEST_PLACEMENT = dict(_record.stored(holder="x" * 16, placement="x" * 16, link_id=2 ** 32), direction="x" * 16,
-                        priority=2 ** 16, handle=2 ** 32, verdict="x" * 16)
+# The largest placement a record can get, to check its size before the swap (with the hook's widest_record).
+WIDEST_PLACEMENT = _record.stored(holder="x" * 16, placement="x" * 16, link_id=2 ** 32)
 
 
 @dataclasses.dataclass
@@ -232,6 +246,52 @@ class HookAdapter(abc.ABC):
     report_keys: tuple[str, ...] = ("mode",)
     # The program type to load the program as, when not its own (a classifier as a tc action).
     load_as: str | None = None
+    # The interface's directories that hold its unnamed attachments (see _pins.hook_dir).
+    hook_dirs: tuple[str, ...] = ()
+    # Its program module, whose options a datapath entry of its section takes.
+    module: str
+    # Record key -> task option: what a rollback (revision: previous) takes from the revision it puts back.
+    rollback_options: dict[str, str] = {}
+    # The record keys its placement adds, at their widest (the record's size is checked before the swap).
+    widest_record: dict = {}
+
+    # ------------------------------------------------------------ the task's options (datapath's section)
+
+    @classmethod
+    def check_params(cls, params: dict) -> None:
+        """Raise HookError for what the argument spec cannot say about a task's options."""
+
+    @classmethod
+    def entry_key(cls, params: dict) -> tuple:
+        """What one task (or datapath entry) is the only one to manage: its hook, and its attachment there."""
+        return (params["netns"], params["interface"], params.get("name"))
+
+    @classmethod
+    def describe(cls, key: tuple) -> str:
+        """An entry_key in words (without the namespace)."""
+        return "the %s hook of %s" % (cls.label, key[1]) + (" (attachment %s)" % key[-1] if key[-1] else "")
+
+    @classmethod
+    def entry_of(cls, record: dict, netns: str | None, ifname: str, directory: str) -> dict:
+        """An attachment's record (in its directory) as the task options that leave it as it is: what every
+        hook has; adapters add their placement."""
+        # A program named by its function or by its section, as its task named it (the options exclude each other).
+        named = {"section": record["section"]} if record.get("section") else {"program": record.get("program")}
+        entry = dict({"interface": ifname, "netns": netns, "object": record.get("object")}, **named,
+                     constants=record.get("constants") or {})
+        if record.get("shared_maps"):
+            entry["shared_maps"] = record["shared_maps"]
+        return entry
+
+    @classmethod
+    def placed_next_to(cls, params: dict) -> list[str]:  # pylint: disable=unused-argument
+        """The attachments of ours on the same hook this task's program is placed beside (tc's before/after)."""
+        return []
+
+    @classmethod
+    def unplaced(cls, params: dict) -> dict:
+        """The task's options without its place beside another attachment (check mode, before that one exists)."""
+        return params
 
     @classmethod
     @abc.abstractmethod
@@ -326,15 +386,26 @@ class HookAdapter(abc.ABC):
         return _bpf.Program.from_id(prog_id)
 
 
-# kind -> adapter class, filled by @register as the adapters' modules are imported.
+# kind -> adapter class, filled by register (hooks/adapters registers every one), in that order: datapath's hook
+# sections.
 ADAPTERS: dict[str, type[HookAdapter]] = {}
+# Every adapter class the converger may drive: each kind's, and the variants its from_params picks (named XDP).
+EVERY_ADAPTER: list[type[HookAdapter]] = []
 
 
 def register(cls: type[HookAdapter]) -> type[HookAdapter]:
-    """Make an adapter the one for its kind of hook; the kind must have its pin directories (_pins.HOOK_DIRS)."""
-    if cls.kind not in _pins.HOOK_DIRS:
-        raise ValueError("hook kind %r has no attachment directories in _pins.HOOK_DIRS" % cls.kind)
+    """Make an adapter the one for its kind of hook, with its attachment directories (_pins.HOOK_DIRS)."""
+    if cls.kind in ADAPTERS and ADAPTERS[cls.kind] is not cls:
+        raise ValueError("hook kind %r has an adapter already (%s)" % (cls.kind, ADAPTERS[cls.kind].__name__))
+    _pins.add_hook_dirs(cls.kind, cls.hook_dirs)
     ADAPTERS[cls.kind] = cls
+    return register_variant(cls)
+
+
+def register_variant(cls: type[HookAdapter]) -> type[HookAdapter]:
+    """An adapter that its kind's from_params returns for some tasks (named XDP): in the contract's tests too."""
+    if cls not in EVERY_ADAPTER:
+        EVERY_ADAPTER.append(cls)
     return cls
 
 
@@ -638,7 +709,8 @@ class Converger:
                               prog_pin=self.pins.prog_path, maps=loaded.maps)
                 old = self.pins.record.read()  # the hook's history, even when its program went missing
                 record.update(_revisions.advance(old, identity, self.desired.rollback))
-                _pins.Record.encode(dict(record, **WIDEST_PLACEMENT))  # fail before the swap if it cannot fit
+                widest = dict(WIDEST_PLACEMENT, **self.hook.widest_record)
+                _pins.Record.encode(dict(record, **widest))  # fail before the swap if it cannot fit
                 self._objects().keep(self.desired.path, record, self.object_data)  # a rollback finds it by digest
                 self.hook.prepare(loaded)
                 if reset.moved:
@@ -995,7 +1067,7 @@ def _converge_interface(params: dict, check_mode: bool, make_hook: Callable,
             # The revision put back brings its program, map set and placement; read under the interface lock.
             hook = make_hook(params, _netns.ifindex(ifname), key)
             params = _revisions.rollback_params(params, hook.pins.record.read(),
-                                                "the %s hook of %s" % (hook.label, ifname))
+                                                "the %s hook of %s" % (hook.label, ifname), hook.rollback_options)
             shared = params.get("shared_maps")
         if not check_mode and shared and params["state"] == "present":
             # Attachments of one set load (and create) its maps, or remove it, one at a time.

@@ -58,10 +58,9 @@ DEFAULT_OBJECT_STORE = "/var/lib/ebpf_xdp/revisions"
 CURRENT = "current"
 PREVIOUS = "previous"
 
-# The identity keys of the hooks' placement options (see the adapters' identity()) and the task option each
-# comes from: a rollback puts the revision back with the options it was attached with.
-HOOK_OPTIONS = {"requested_mode": "mode", "requested_method": "method", "requested_priority": "priority",
-                "requested_handle": "handle", "requested_verdict": "verdict"}
+# What the identity keys of a hook's placement options (see the adapters' identity()) start with: a rollback puts
+# the revision back with the options it was attached with (each adapter's rollback_options names them).
+REQUESTED = "requested_"
 # Task options that name a program; revision: previous takes them from the revision instead.
 PROGRAM_OPTIONS = ("object", "program", "section", "constants", "shared_maps", "checksum")
 # What a kept revision holds beyond its identity.
@@ -95,8 +94,12 @@ def check_params(params: dict) -> None:
                             "program (or section), constants and map set; do not give %s with it" % ", ".join(given))
 
 
-def rollback_params(params: dict, record: dict | None, where: str) -> dict:
+def rollback_params(params: dict, record: dict | None, where: str, hook_options: dict | None = None) -> dict:
     """The task's options for revision: previous: those of the revision to put back (RevisionError if none).
+
+    hook_options: record key -> task option of the hook's placement that the revision takes back (the adapter's
+    rollback_options); None: each requested_ key of the revision that the task has an option for, but its place
+    (NOT_REVISION).
 
     After a rollback the current revision is the one put back (rolled_back),
     so the options are the current ones: a re-run has nothing to do.
@@ -128,7 +131,10 @@ def rollback_params(params: dict, record: dict | None, where: str) -> dict:
     # A program chosen by its section is chosen so again, and its hook gives it its type again (see _loader).
     out = dict(params, object=target.get("object"), program=target.get("program"), section=target.get("section"),
                constants=target.get("constants") or {}, shared_maps=target.get("shared_maps"), object_source=source)
-    for key, option in HOOK_OPTIONS.items():
+    if hook_options is None:
+        hook_options = {key: key[len(REQUESTED):] for key in target
+                        if key.startswith(REQUESTED) and key not in NOT_REVISION and key[len(REQUESTED):] in params}
+    for key, option in hook_options.items():
         if target.get(key) is not None:
             out[option] = target[key]
     return out

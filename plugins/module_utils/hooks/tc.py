@@ -42,7 +42,7 @@ from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import (
     libbpf as _bpf, loader as _loader, pins as _pins, record as _record)
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf.compile import sha256_file
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import tc_hooks as _tc_hooks, tc_netlink as _tc_netlink
-from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.converge import HookAdapter, register
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.converge import HookAdapter
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.observed import (
     Attachment, HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed)
 
@@ -168,15 +168,19 @@ def kernel_program_name(prog_id: int) -> str:
         return ""
 
 
-@register
 class TcHook(HookAdapter):
     """One direction of the tc hook of one interface, held by the method the task asks for."""
 
     kind = "tc"
+    hook_dirs = (_pins.hook_dir(kind, "ingress"), _pins.hook_dir(kind, "egress"))
     label = "tc"
     prog_type = "sched_cls"
+    module = "tc_program"
     placement_key = "method"
     report_keys = ("method", "direction", "priority", "handle", "protocol", "verdict", "attachment")
+    rollback_options = {"requested_method": "method", "requested_priority": "priority",
+                        "requested_handle": "handle", "requested_verdict": "verdict"}
+    widest_record = dict(direction="x" * 16, priority=2 ** 16, handle=2 ** 32, verdict="x" * 16)
 
     def __init__(self, ifname: str, ifindex: int, pins: _pins.PinDir, clsact: _pins.Record, direction: str,
                  method: str, priority: int | None = None, handle: int | None = None, verdict: str = "drop",
@@ -202,10 +206,11 @@ class TcHook(HookAdapter):
         self.own_id = 0
         self.anchor_id = 0
 
-    @staticmethod
-    def check_params(p: dict) -> None:
+    @classmethod
+    def check_params(cls, params: dict) -> None:
         """What the argument spec cannot say: ranges; verdicts normalised to the names the kernel reports back, so
         that like is compared with like."""
+        p = params
         p["verdict"] = {"ok": "pass", "shot": "drop", "unspec": "continue"}.get(p["verdict"], p["verdict"])
         if p["priority"] is not None and not 1 <= p["priority"] <= 0xFFFF:
             raise HookError("priority must be between 1 and 65535, not %d" % p["priority"])
@@ -226,6 +231,35 @@ class TcHook(HookAdapter):
                 raise HookError("%s places a program among the programs of the tcx hook; %s filters run in priority "
                                 "order (after every tcx program): give priority instead, lower runs first"
                                 % (option, p["method"]))
+
+    @classmethod
+    def entry_key(cls, params: dict) -> tuple:
+        return (params["netns"], params["interface"], params["direction"], params.get("name"))
+
+    @classmethod
+    def describe(cls, key: tuple) -> str:
+        return "the tc %s hook of %s" % (key[2], key[1]) + (" (attachment %s)" % key[3] if key[3] else "")
+
+    @classmethod
+    def entry_of(cls, record: dict, netns: str | None, ifname: str, directory: str) -> dict:
+        entry = super().entry_of(record, netns, ifname, directory)
+        hook, attachment = _pins.split_hook_dir(directory)
+        entry.update(direction=record.get("direction") or hook[len(cls.kind) + 1:],
+                     method=record.get("requested_method") or "auto")
+        if attachment:
+            entry["name"] = attachment
+        for name in ("priority", "handle", "verdict", "before", "after"):
+            if record.get("requested_" + name) is not None:
+                entry[name] = record["requested_" + name]
+        return entry
+
+    @classmethod
+    def placed_next_to(cls, params: dict) -> list[str]:
+        return [name for name in (anchor_attachment(params.get(option)) for option in ORDER_FLAGS) if name]
+
+    @classmethod
+    def unplaced(cls, params: dict) -> dict:
+        return dict(params, **dict.fromkeys(ORDER_FLAGS))
 
     @classmethod
     def from_params(cls, params: dict, ifindex: int, netns_key: str) -> TcHook:

@@ -20,7 +20,7 @@ import errno
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import observed as _observed
-from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.converge import HookAdapter, register
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.converge import HookAdapter
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.xdp_dispatcher import XdpDispatcherHook
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.observed import (
     Attachment, HELD_BY_LINK, HELD_BY_NETLINK, HookError, Observed)
@@ -28,14 +28,16 @@ from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.observed import (
 MODE_FLAGS = {"native": _bpf.XDP_FLAGS_DRV_MODE, "generic": _bpf.XDP_FLAGS_SKB_MODE}
 
 
-@register
 class XdpHook(HookAdapter):
     """The XDP hook of one interface, in the mode the task asks for (native, generic or auto)."""
 
     kind = "xdp"
-    name = _pins.hook_dir(kind)
+    hook_dirs = (_pins.hook_dir(kind),)
+    name = hook_dirs[0]
     label = "XDP"
     prog_type = "xdp"
+    module = "xdp_program"
+    rollback_options = {"requested_mode": "mode"}
 
     def __init__(self, ifname: str, ifindex: int, pins: _pins.PinDir, mode: str):
         self.ifname = ifname
@@ -52,9 +54,19 @@ class XdpHook(HookAdapter):
         return cls(ifname, ifindex, _pins.PinDir.for_hook(params["pin_root"], netns_key, ifname, cls.name),
                    params["mode"])
 
-    @staticmethod
-    def check_params(p: dict) -> None:
-        XdpDispatcherHook.check_dispatcher_params(p)
+    @classmethod
+    def check_params(cls, params: dict) -> None:
+        XdpDispatcherHook.check_dispatcher_params(params)
+
+    @classmethod
+    def entry_of(cls, record: dict, netns: str | None, ifname: str, directory: str) -> dict:
+        entry = super().entry_of(record, netns, ifname, directory)
+        entry["mode"] = record.get("requested_mode") or "auto"
+        attachment = _pins.split_hook_dir(directory)[1]
+        if attachment:
+            entry.update(name=attachment, priority=record.get("requested_priority"),
+                         chain_call_actions=record.get("requested_chain_call_actions"))
+        return entry
 
     # ------------------------------------------------------------ reading and comparing
 
@@ -121,6 +133,7 @@ class NamedXdpHook(XdpDispatcherHook, XdpHook):
     says how); its pins are the attachment's own (xdp@<name>)."""
 
     report_keys = ("mode", "priority", "chain_call_actions", "attachment")
+    rollback_options = {"requested_mode": "mode", "requested_priority": "priority"}
 
     @classmethod
     def for_attachment(cls, params: dict, ifindex: int, netns_key: str) -> NamedXdpHook:

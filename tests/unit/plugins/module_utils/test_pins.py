@@ -7,6 +7,8 @@ import pytest
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import names as _names
+# The hook adapters bring their attachment directories as they register (what hook_kind knows).
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import adapters as _adapters
 
 
 @pytest.mark.parametrize("kind, direction, name, directory", [
@@ -28,8 +30,9 @@ def test_any_other_directory_is_no_hook(directory):
 
 
 def test_every_hook_directory_is_one_kind_s():
-    assert _pins.ATTACHMENT_DIRS == ("xdp", "tc_ingress", "tc_egress")
-    assert {_pins.hook_kind(d) for d in _pins.ATTACHMENT_DIRS} == set(_pins.HOOK_DIRS)
+    assert _pins.attachment_dirs() == ("xdp", "tc_ingress", "tc_egress")
+    assert list(_pins.HOOK_DIRS) == [adapter.kind for adapter in _adapters.HOOKS]
+    assert {_pins.hook_kind(d) for d in _pins.attachment_dirs()} == set(_pins.HOOK_DIRS)
 
 
 def test_a_hook_s_attachments_are_found_by_name_and_nothing_else(tmp_path):

@@ -207,7 +207,7 @@ def test_datapath_keys_describe_and_gather_named_attachments():
                                    {"interface": "eth0", "object": "/p", "name": "a", "netns": "n"}]}, "/p")
     record = {"object": "/o", "program": None, "constants": {}, "direction": "ingress", "requested_method": "tcx",
               "attachment": "b", "requested_before": "a", "requested_after": None}
-    assert _datapath._entry_of(record, None, "eth0", "tc", "tc_ingress@b") == {
+    assert _tc.TcHook.entry_of(record, None, "eth0", "tc_ingress@b") == {
         "interface": "eth0", "netns": None, "object": "/o", "program": None, "constants": {}, "direction": "ingress",
         "method": "tcx", "name": "b", "before": "a"}
 

@@ -207,8 +207,9 @@ def pytest_collection_modifyitems(session, config, items):  # pylint: disable=un
 # The files whose tests take minutes in all (Ansible runs, the lab, a fleet), longest first: measured with
 # --junitxml in make integration-shared (.build/test-logs/integration-shared.xml).
 # test_xdp_dispatcher.py is the longest of make test-vm's run inside the VM (here its tests are refusals).
+# test_benchmark_runs.py: two benchmark runs, one after the other (291 s at a load of 20, measured alone).
 LONGEST_FIRST = ("test_xdp_metrics.py", "test_rollout.py", "test_lab.py", "test_bcc_backend.py",
-                 "test_traffic_roles.py", "test_xdp_dispatcher.py")
+                 "test_traffic_roles.py", "test_xdp_dispatcher.py", "test_benchmark_runs.py")
 
 
 def _file_rank(item):

@@ -207,3 +207,29 @@ def test_without_matplotlib_the_module_names_the_package(tmp_path):
     assert res.get("failed") and "Failed to import the required Python library (matplotlib)" in res["msg"], res
     assert "pip install matplotlib" in res["msg"] and "ansible_playbook_python" in res["msg"]
     assert not dest.exists()
+
+
+def test_never_written_through_a_link_nor_into_a_directory_others_can_change(tmp_path):
+    """Root writes the report (the controller's playbook): a report.md planted as a link to another file, or a
+    destination others can write into (where such a link could be planted between two runs), is refused."""
+    dest = tmp_path / "report"
+    dest.mkdir(mode=0o755)
+    victim = tmp_path / "victim"
+    victim.write_text("root's file\n")
+    (dest / "report.md").symlink_to(victim)
+    res = ModuleRunner(VENV_PYTHON, pin_root=None)("benchmark_report", report_args(dest))
+    assert res.get("failed") and res["msg"] == (
+        "refusing to write %s: it is a symbolic link (to %s); remove it or give the real path"
+        % (dest / "report.md", victim)), res
+    assert victim.read_text() == "root's file\n" and os.path.islink(dest / "report.md")
+
+    (dest / "report.md").unlink()
+    for name in os.listdir(dest):
+        os.unlink(dest / name)
+    os.chmod(dest, 0o777)
+    res = ModuleRunner(VENV_PYTHON, pin_root=None)("benchmark_report", report_args(dest))
+    assert res.get("failed") and res["msg"] == (
+        "refusing to write in %s: %s is writable by its group or by others (mode 0777); another user could replace "
+        "what is written there (make it uid 0's and writable by it alone, or use another directory)"
+        % (dest, dest)), res
+    assert os.listdir(dest) == []

@@ -106,7 +106,7 @@ class Exporter:
     def pid(self):
         try:
             with open(self.pid_file, encoding="ascii") as src:
-                pid = int(src.read())
+                pid = int(src.readline())  # the next line names the configuration it serves
         except (OSError, ValueError):
             return None
         return pid if os.path.exists("/proc/%s" % pid) else None
@@ -333,6 +333,43 @@ def test_exporter_keeps_serving_while_programs_come_and_go(pair, run, drop_obj, 
     assert not series(gone, "ebpf_xdp_netns_up", netns=pair.tx)
     assert exporter.pid() == restarted
     assert changed(exporter.role(xdp_metrics_netns=[pair.rx, pair.tx])) == 0
+
+
+def test_ensure_keeps_only_an_exporter_that_serves_the_configuration_asked_for(pair, exporter):
+    """Two runs of the role for one service at once (two benchmark runs on one host): run 1 writes its
+    configuration, run 2 writes its own and starts the exporter with it, then run 1's --ensure comes. Its pid
+    file was newer than the configuration file, so the exporter was kept: run 1 went on with run 2's exporter
+    and configuration, silently. Now --ensure is given what its run wrote and refuses; and an exporter that
+    serves another configuration than the one asked for is restarted, whatever the files' times say."""
+    exporter.role(xdp_metrics_netns=[pair.rx])
+    with open(exporter.config_file, encoding="utf-8") as src:
+        written = src.read()
+    first = json.loads(written)
+    exporter.role(xdp_metrics_netns=[pair.rx, pair.tx])  # the other run
+    other = exporter.pid()
+    cli = [SYSTEM_PYTHON, "-s", "-E", os.path.join(exporter.base, "lib", "ebpf_xdp_exporter.py"),
+           "--config", exporter.config_file, "--log-file", os.path.join(exporter.base, "log", "cli.log"), "--ensure"]
+    proc = subprocess.run(cli + ["--config-json", json.dumps(first)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert re.fullmatch(
+        r"ebpf_xdp_exporter: %s is not the configuration this run wrote: it holds another configuration "
+        r"\(sha256:[0-9a-f]{64}, this run's sha256:[0-9a-f]{64}\)\. Another run for the service %s wrote it since "
+        r"\(two runs at once\?\), or it was edited; nothing was started or stopped\. Run again once the other run "
+        r"is over\.\n" % (re.escape(exporter.config_file), exporter.name), proc.stderr), proc.stderr
+    assert exporter.pid() == other and value(exporter.scrape(), "ebpf_xdp_netns_up", netns=pair.tx) == 1
+
+    # The first configuration back in the file with an older time than the running exporter's start (copied
+    # with its time, `cp -p`): served by another process now, though nothing is newer than it.
+    with open(exporter.config_file, "w", encoding="utf-8") as out:
+        out.write(written)
+    started = os.stat(exporter.pid_file).st_mtime
+    os.utime(exporter.config_file, (started - 60, started - 60))
+    proc = subprocess.run(cli, capture_output=True, text=True, check=True)
+    result = json.loads(proc.stdout)
+    assert result["action"] == "restarted" and result["pid"] == exporter.pid() != other, (result, exporter.log())
+    page = exporter.scrape()
+    assert {dict(k)["netns"] for k in series(page, "ebpf_xdp_netns_up")} == {pair.rx}, page
+    assert changed(exporter.role(xdp_metrics_netns=[pair.rx])) == 0
 
 
 # ---------------------------------------------------------------- facing a network: slow clients, the cap, the cache

@@ -34,7 +34,7 @@ def main():
         programs.append(len(re.findall(r"^ebpf_xdp_program_info\{", text, re.M)))
         down.append(re.findall(r'^ebpf_xdp_netns_up\{netns="([^"]*)"\} 0', text, re.M))
     with open(pid_file, encoding="ascii") as src:
-        pid = int(src.read())
+        pid = int(src.readline())  # the next line names the configuration it serves
     with open("/proc/%d/status" % pid, encoding="ascii") as src:
         status = dict(line.split(":", 1) for line in src.read().splitlines() if ":" in line)
     json.dump({"seconds": seconds, "collect_seconds": collect, "programs": programs, "netns_down": down,

@@ -24,8 +24,10 @@ those listed in the configuration. The initial namespace is called "host".
 
     ebpf_xdp_exporter.py --config FILE            serve in the foreground (systemd)
     ebpf_xdp_exporter.py --config FILE --start    start in the background (pid file), after checking
-    ebpf_xdp_exporter.py --config FILE --ensure   start, or restart on newer code or configuration;
-                                                  then check that it serves (the role's run)
+    ebpf_xdp_exporter.py --config FILE --ensure [--config-json JSON]
+                                                  start, or restart on newer code or another configuration
+                                                  than the one asked for; then check that it serves (the
+                                                  role's run, which asks for what it wrote)
     ebpf_xdp_exporter.py --config FILE --stop | --status | --check
     ebpf_xdp_exporter.py --config FILE --once     print one scrape and exit
 
@@ -40,6 +42,7 @@ import argparse
 import contextlib
 import ctypes
 import errno
+import hashlib
 import importlib.abc
 import importlib.util
 import inspect
@@ -826,12 +829,37 @@ def check_environment(config: dict) -> None:
             raise ConfigError("textfile directory %s: %s" % (directory, exc))
 
 
-def read_pid(config: dict) -> int | None:
+def config_digest(config: dict) -> str:
+    """What identifies a configuration (with its defaults filled in): the sha256 of its canonical JSON."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def _pid_file_lines(config: dict) -> list[str]:
+    """The pid file's lines: the pid, then "config DIGEST" of the configuration that process serves."""
     try:
         with open(config["pid_file"], encoding="ascii") as src:
-            return int(src.read().strip() or 0) or None
+            return src.read().splitlines()
     except (OSError, ValueError):
+        return []
+
+
+def read_pid(config: dict) -> int | None:
+    lines = _pid_file_lines(config)
+    try:
+        return (int(lines[0].strip() or 0) or None) if lines else None
+    except ValueError:
         return None
+
+
+def served_digest(config: dict) -> str | None:
+    """The digest of the configuration the exporter of the pid file serves (None: an exporter that did not say,
+    one of before this line was written)."""
+    for line in _pid_file_lines(config)[1:]:
+        word, _sep, digest = line.partition(" ")
+        if word == "config" and digest:
+            return digest
+    return None
 
 
 def ours(pid: int, config_path: str) -> bool:
@@ -850,17 +878,21 @@ def running_pid(config: dict, config_path: str) -> int | None:
     return pid if pid and ours(pid, config_path) else None
 
 
-def stale(config: dict, config_path: str) -> bool:
-    """Whether the exporter's code or configuration changed after it started (its pid file was written).
+def stale(config: dict) -> bool:
+    """Whether the exporter's code changed after it started (its pid file was written).
 
     Exporters that share one installation (the lab's hosts) see each
-    other's updates here, not in their own run's copy results.
+    other's updates here, not in their own run's copy results. The
+    configuration is compared by its contents, not its time (see
+    other_config): a configuration file written before another run's
+    exporter started is not newer than that exporter, and is not what it
+    serves.
     """
     try:
         started = os.stat(config["pid_file"]).st_mtime
     except OSError:
         return False
-    paths = [os.path.realpath(__file__), WEB_MODULE, BUNDLE, config_path]
+    paths = [os.path.realpath(__file__), WEB_MODULE, BUNDLE]
     newest = 0.0
     for path in paths:
         with contextlib.suppress(OSError):
@@ -933,10 +965,17 @@ def check(config: dict, config_path: str, web_text: str | None = None) -> None:
                 raise
 
 
+def other_config(config: dict) -> bool:
+    """Whether the running exporter serves another configuration than config (or does not say which)."""
+    return served_digest(config) != config_digest(config)
+
+
 def write_pid_file(config: dict) -> None:
-    """The pid file (0644), written like the metrics file: never through a link, in a checked directory."""
+    """The pid file (0644), written like the metrics file: never through a link, in a checked directory. Its
+    second line names the configuration this process serves (--ensure compares it with the one asked for)."""
+    text = "%d\nconfig %s\n" % (os.getpid(), config_digest(config))
     try:
-        _files().write_atomically(config["pid_file"], b"%d\n" % os.getpid(), mode=0o644, dir_mode=0o755)
+        _files().write_atomically(config["pid_file"], text.encode(), mode=0o644, dir_mode=0o755)
     except _files().UnsafePathError as exc:
         raise ConfigError(str(exc))
 
@@ -999,12 +1038,31 @@ def serves(config: dict, config_path: str, timeout: float = 30.0) -> bool:
         time.sleep(0.2)
 
 
-def ensure(config: dict, config_path: str, log_file: str | None, dry_run: bool) -> dict:
-    """--ensure: start the exporter when it is not running, restart it when its code or configuration is newer
-    than the process (see stale), leave it otherwise; then check that it serves. One command for the role's
-    no-change run, where reading the state, starting and scraping were three module runs a host."""
+def ensure(config: dict, config_path: str, log_file: str | None, dry_run: bool, wrote: dict | None = None) -> dict:
+    """--ensure: start the exporter when it is not running; restart it when it serves another configuration
+    than config (by contents: see other_config) or its code is newer than the process (see stale); leave it
+    otherwise; then check that it serves. One command for the role's no-change run, where reading the state,
+    starting and scraping were three module runs a host.
+
+    wrote: what the caller wrote to config_path (the role's --config-json). The file must still hold it: when
+    another run of the role for the same service has written its own configuration since (two runs at once,
+    two benchmark runs on one host), this run would otherwise keep, or start, an exporter that serves one of
+    the two configurations and say nothing. Refused instead, before anything is stopped or started."""
+    if wrote is not None and not dry_run:
+        try:
+            written = read_config_file(config_path)
+        except ConfigError as exc:
+            written, why = None, str(exc)
+        else:
+            why = "it holds another configuration (%s, this run's %s)" % (
+                config_digest(written), config_digest(wrote))
+        if written != wrote:
+            raise ConfigError(
+                "%s is not the configuration this run wrote: %s. Another run for the service %s wrote it since "
+                "(two runs at once?), or it was edited; nothing was started or stopped. Run again once the "
+                "other run is over." % (config_path, why, config["service"]))
     pid = running_pid(config, config_path)
-    action = ("restarted" if stale(config, config_path) else "none") if pid else "started"
+    action = ("restarted" if other_config(config) or stale(config) else "none") if pid else "started"
     if dry_run:
         if action != "none":
             check(config, config_path)
@@ -1017,7 +1075,7 @@ def ensure(config: dict, config_path: str, log_file: str | None, dry_run: bool) 
         raise StartError("the exporter (pid %d) does not serve %s" % (
             pid, "on %s:%d" % (config["listen_address"], config["port"]) if config["mode"] == "http"
             else config["textfile_path"]))
-    return {"action": action, "pid": pid}
+    return {"action": action, "pid": pid, "config": config_digest(config)}
 
 
 def _daemon(config: dict, log_file: str | None, ready_w: int) -> NoReturn:
@@ -1101,7 +1159,8 @@ def read_config_file(path: str) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--config", required=True, help="the JSON configuration the role writes")
-    parser.add_argument("--config-json", help="use this JSON instead of the file's content (checks before writing)")
+    parser.add_argument("--config-json", help="use this JSON instead of the file's content (checks before writing; "
+                        "with --ensure: what this run wrote to the file, which must still hold it)")
     parser.add_argument("--web.config.file", dest="web_config_file",
                         help="exporter-toolkit's web configuration (TLS, basic auth); overrides web_config_file")
     parser.add_argument("--web-config-json", help="with --check: check this content instead of the web "
@@ -1116,12 +1175,14 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         config = load_config(json.loads(args.config_json)) if args.config_json else read_config_file(args.config)
+        wrote = config if args.config_json else None
         if args.web_config_file is not None:
             config = load_config(dict(config, web_config_file=os.path.abspath(args.web_config_file)
                                       if args.web_config_file else ""))
         if args.status:
             pid = running_pid(config, args.config)
-            print(json.dumps({"running": bool(pid), "pid": pid, "stale": bool(pid) and stale(config, args.config)}))
+            print(json.dumps({"running": bool(pid), "pid": pid,
+                              "stale": bool(pid) and (stale(config) or other_config(config))}))
             return 0
         if args.check:
             check(config, args.config, args.web_config_json)
@@ -1146,7 +1207,7 @@ def main(argv=None) -> int:
             print(json.dumps({"started": True, "pid": start(config, args.log_file)}))
             return 0
         if args.ensure:
-            print(json.dumps(ensure(config, args.config, args.log_file, args.dry_run)))
+            print(json.dumps(ensure(config, args.config, args.log_file, args.dry_run, wrote)))
             return 0
         if args.once:
             client, _core = _client()

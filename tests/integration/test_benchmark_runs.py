@@ -1,0 +1,113 @@
+"""Two runs of playbooks/benchmark.yml at once on one machine, as two developers' runs (or CI beside one) meet on
+the lab: the role's exporter-scrape case (the control family) uses names of the host that every run shares: the
+namespace ebpf_bench_metrics, port 9438 in the cost host's namespace, the exporter's service name, configuration
+and pid file under benchmark_objects_dir. The runs must not measure or tear down each other's exporter: the
+second waits for the first, says so, and then measures an exporter of its own.
+
+The cost host is a namespace of this test (reached through the ebpf.xdp.netns connection, as the lab's
+receiver); both runs delegate to it, with one objects directory, as two runs with the defaults do.
+"""
+
+import json
+import os
+import re
+import threading
+import time
+import uuid
+
+import pytest
+import yaml
+
+from conftest import ROOT, SYSTEM_PYTHON, ansible_playbook, sh
+
+LOCK_FILE = "/run/ebpf_xdp/benchmark.lock"
+ENSURE = "Start the exporter, or restart it on newer code or another configuration"
+WAITING = "Say which benchmark run holds the hosts"
+NAMED = "Name this run (its controller and ansible-playbook)"
+TAKE = "Take the hosts for this run"
+
+
+@pytest.fixture
+def cost_host():
+    name = "bm%s" % uuid.uuid4().hex[:6]
+    sh("ip", "netns", "add", name)
+    sh("ip", "-n", name, "link", "set", "lo", "up")
+    yield name
+    sh("ip", "netns", "del", name, check=False)
+
+
+def task_hosts(out, name):
+    """Every result of the tasks called name (a role's tasks are named "ROLE : name"), in order."""
+    return [result for play in out["plays"] for task in play["tasks"]
+            if name in (task["task"]["name"], task["task"]["name"].partition(" : ")[2])
+            for result in task["hosts"].values()]
+
+
+def only(items):
+    assert len(items) == 1, items
+    return items[0]
+
+
+def failures(out):
+    return ["%s: %s" % (task["task"]["name"], result.get("msg") or result.get("stderr"))
+            for play in out["plays"] for task in play["tasks"] for result in task["hosts"].values()
+            if result.get("failed") and not result.get("skipped")]
+
+
+def test_two_runs_at_once_each_measure_an_exporter_of_their_own(cost_host, tmp_path):
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(yaml.safe_dump({"all": {"hosts": {cost_host: {
+        "ansible_connection": "ebpf.xdp.netns", "ansible_python_interpreter": SYSTEM_PYTHON}}}}))
+    objects = tmp_path / "objects"
+    common = {"benchmark_cases": "control", "benchmark_cost_host": cost_host, "benchmark_control_playbook": "",
+              "benchmark_repeat": 1, "benchmark_cost_repeat": 1000, "benchmark_metrics_programs": [1, 4],
+              "benchmark_metrics_scrapes": 3, "benchmark_objects_dir": str(objects),
+              "benchmark_install_packages": False}
+    outs = {}
+
+    def benchmark(run):
+        extra = dict(common, benchmark_results_dir=str(tmp_path / run))
+        outs[run] = ansible_playbook("-i", str(inventory), os.path.join(ROOT, "playbooks", "benchmark.yml"),
+                                     expect_ok=False, extra_vars=[extra])
+
+    threads = [threading.Thread(target=benchmark, args=(run,)) for run in ("first", "second")]
+    for thread in threads:
+        thread.start()
+        time.sleep(2)  # the second comes while the first prepares
+    for thread in threads:
+        thread.join()
+
+    problems = {run: failures(out) for run, out in outs.items() if failures(out)}
+    assert not problems, json.dumps(problems, indent=1)
+    pids = {}
+    for run, out in outs.items():
+        [report_dir] = os.listdir(tmp_path / run)
+        with open(tmp_path / run / report_dir / "results.json", encoding="utf-8") as src:
+            records = json.load(src)["results"]
+        scrapes = sorted(r["case"] for r in records if r["case"].startswith("metrics scrape"))
+        assert scrapes == ["metrics scrape, 1 program"] * 3 + ["metrics scrape, 4 programs"] * 3, (run, scrapes)
+        [ensured] = task_hosts(out, ENSURE)
+        started = json.loads(ensured["stdout"])
+        # Its own exporter, started by this run: not one the other run left running.
+        assert started["action"] == "started", (run, started)
+        pids[run] = started["pid"]
+    assert pids["first"] != pids["second"], pids
+    # One run waited for the other, said whose run it waited for before it did, and took the host once that run
+    # had given it back; the other took it at once.
+    runs = {run: json.loads(only(task_hosts(out, NAMED))["stdout"])["run"] for run, out in outs.items()}
+    said = {run: [r["msg"] for r in task_hosts(out, WAITING) if not r.get("skipped")] for run, out in outs.items()}
+    [waited] = [run for run, msgs in said.items() if msgs]
+    [other] = set(runs) - {waited}
+    assert re.fullmatch(r"benchmark: the hosts are held by another benchmark run \(run %s, ansible-playbook pid \d+ "
+                        r"on .+, since .+\); waiting up to 3600 s for it to end" % runs[other],
+                        only(said[waited])), said
+    took = {run: json.loads(only(only(task_hosts(out, TAKE))["results"])["stdout"]) for run, out in outs.items()}
+    assert took[other]["waited_for"] is None and took[waited]["waited_for"].startswith("run %s," % runs[other]), took
+    assert took[waited]["waited_seconds"] > 10, took
+    # Nothing left: no exporter, no scrape namespace, no lock of these runs, no metrics directory.
+    assert "ebpf_bench_metrics" not in sh("ip", "netns", "list").stdout.split()
+    if os.path.exists(LOCK_FILE):
+        with open(LOCK_FILE, encoding="utf-8") as src:
+            assert json.load(src)["run"] not in runs.values()
+    assert not (objects / "metrics").exists()
+    assert not [pid for pid in pids.values() if os.path.exists("/proc/%d" % pid)]

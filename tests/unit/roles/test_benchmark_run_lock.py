@@ -1,0 +1,127 @@
+"""roles/benchmark/files/run_lock.py, the benchmark's one-run-at-a-time lock, on files of a temporary directory:
+taken, re-entered by its own run, waited for and refused with the holder named, taken over from a run that is gone,
+given back only by its run, never through a link or in a directory others may write."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "..", "roles", "benchmark", "files", "run_lock.py")
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("run_lock", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+run_lock = _load()
+
+
+@pytest.fixture
+def lock(tmp_path):
+    directory = tmp_path / "run"
+    directory.mkdir(mode=0o755)
+    return str(directory / "benchmark.lock")
+
+
+def me(**extra):
+    """A holder that is this test's process (alive, this machine)."""
+    return dict(run_lock.holder(), **dict({"pid": os.getpid(), "pid_start": run_lock._start_time(os.getpid())},
+                                          **extra))
+
+
+def test_taken_then_entered_again_by_its_run_and_given_back_only_by_it(lock):
+    first = me()
+    assert run_lock.take(lock, first, 0) == {"taken": True, "waited_seconds": 0.0, "waited_for": None,
+                                             "taken_over": None}
+    assert run_lock.read(lock) == first and oct(os.stat(lock).st_mode & 0o777) == "0o644"
+    assert run_lock.take(lock, first, 0)["taken"]  # another host of the same machine (the lab's namespaces)
+    assert run_lock.give(lock, "another run") == {"given": False} and run_lock.read(lock) == first
+    assert run_lock.give(lock, first["run"]) == {"given": True} and not os.path.exists(lock)
+    assert os.listdir(os.path.dirname(lock)) == []
+
+
+def test_a_live_holder_is_waited_for_then_named(lock):
+    holder = me()
+    run_lock.take(lock, holder, 0)
+    began = time.monotonic()
+    with pytest.raises(run_lock.LockError) as err:
+        run_lock.take(lock, me(), 1.5)
+    assert time.monotonic() - began >= 1.5
+    assert str(err.value) == (
+        "another benchmark run holds the host (run %s, ansible-playbook pid %d on %s, since %s) and did not end "
+        "within 1 s; nothing was changed. If that run is over, remove %s."
+        % (holder["run"], os.getpid(), holder["controller"], holder["started"], lock))
+    assert run_lock.read(lock) == holder
+
+
+def test_the_second_run_takes_it_once_the_first_gives_it_back(lock):
+    holder = me()
+    run_lock.take(lock, holder, 0)
+    waiter = subprocess.Popen([sys.executable, SCRIPT, "take", lock, json.dumps(me()), "30"], stdout=subprocess.PIPE,
+                              text=True)
+    time.sleep(2.5)
+    assert waiter.poll() is None, "took a held lock"
+    run_lock.give(lock, holder["run"])
+    out, _err = waiter.communicate(timeout=10)
+    took = json.loads(out)
+    assert took["waited_for"].startswith("run %s," % holder["run"]) and took["waited_seconds"] >= 2, took
+
+
+def test_a_run_that_is_gone_is_taken_over_and_another_machines_is_not(lock):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    gone = me(pid=dead.pid)  # its start time is that of a process that no longer runs
+    run_lock.take(lock, gone, 0)
+    assert run_lock.main(["who", lock, json.dumps(me())]) == 0
+    mine = me()
+    assert run_lock.take(lock, mine, 0)["taken_over"].startswith("run %s," % gone["run"])
+    assert run_lock.read(lock) == mine
+    run_lock.give(lock, mine["run"])
+
+    elsewhere = me(boot_id="another machine's boot", pid=dead.pid)
+    run_lock.take(lock, elsewhere, 0)
+    with pytest.raises(run_lock.LockError, match="another benchmark run holds the host .run %s," % elsewhere["run"]):
+        run_lock.take(lock, me(), 0)
+
+
+def test_who_names_another_run_and_not_its_own(lock, capsys):
+    holder = me()
+    run_lock.take(lock, holder, 0)
+    assert run_lock.main(["who", lock, json.dumps(holder)]) == 0
+    assert json.loads(capsys.readouterr().out) is None
+    assert run_lock.main(["who", lock, json.dumps(me())]) == 0
+    assert json.loads(capsys.readouterr().out) == {"holder": run_lock.describe(holder)}
+
+
+def test_never_through_a_link_nor_in_a_directory_others_may_write(lock, tmp_path, capsys):
+    target = tmp_path / "elsewhere"
+    os.symlink(target, lock)
+    assert run_lock.main(["take", lock, json.dumps(me()), "0"]) == 1
+    assert capsys.readouterr().err == "benchmark: %s is a symbolic link: refusing it as the benchmark's lock\n" % lock
+    assert not target.exists()
+    os.unlink(lock)
+    os.chmod(os.path.dirname(lock), 0o777)
+    assert run_lock.main(["take", lock, json.dumps(me()), "0"]) == 1
+    assert capsys.readouterr().err == (
+        "benchmark: %s is not a directory of this user's alone (uid %d, mode 777): refusing to keep the benchmark's "
+        "lock there\n" % (os.path.dirname(lock), os.geteuid()))
+    assert os.listdir(os.path.dirname(lock)) == []
+
+
+def test_the_holder_is_the_outermost_ansible_playbook_above(tmp_path):
+    """Run as a task runs it: under a process whose command is ansible-playbook (and one of its forks)."""
+    fake = tmp_path / "ansible-playbook"
+    fake.write_text("import subprocess, sys\nsys.exit(subprocess.run([sys.executable, %r, 'holder'], check=True)"
+                    ".returncode)\n" % SCRIPT)
+    playbook = subprocess.Popen([sys.executable, str(fake)], stdout=subprocess.PIPE, text=True)
+    found = json.loads(playbook.communicate(timeout=30)[0])
+    assert found["pid"] == playbook.pid and found["pid_start"], found
+    assert found["boot_id"] == run_lock._boot_id() and len(found["run"]) == 32

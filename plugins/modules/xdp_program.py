@@ -337,24 +337,12 @@ verifier_log_tail:
   elements: str
 """
 
-from ansible_collections.ebpf.xdp.plugins.module_utils import _common
-from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import bcc as _bcc
-from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import replay as _replay, revisions as _revisions
+from ansible_collections.ebpf.xdp.plugins.module_utils import _program
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.xdp import XdpHook
 
 
-def prepare(module):
-    XdpHook.check_params(module.params)
-    _common.prepare_backend(module)  # for bcc it may re-run the module under the system Python
-
-
 def main():
-    _common.run_module(
-        dict(_common.XDP_PROGRAM_ARGS, **_replay.TASK_ARGS), rules=_revisions.module_rules(_bcc.MODULE_RULES),
-        names=_common.PROGRAM_NAMES, prepare=prepare,
-        libraries=dict(pyroute2=False),
-        work=lambda params, check_mode, _module: _replay.converge_task(params, check_mode, XdpHook),
-        failure=lambda params: dict(interface=params["interface"], changed=False))
+    _program.run(XdpHook)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,8 @@ named XDP's, with register_variant). It gives the converger:
 and, for its section of ebpf.xdp.datapath and the task's options (defaults
 fit a hook that has an interface and an optional attachment name):
 
-    module                          its program module (xdp_program), whose options its entries take
+    module                          its program module (xdp_program), whose options its entries take;
+                                    needs_pyroute2: whether that module needs pyroute2 (tc: yes)
     check_params(params)            what the argument spec cannot say about them (raise HookError)
     entry_key(params), describe(key)
                                     what one entry is the only one to manage, in a tuple and in words
@@ -246,6 +247,8 @@ class HookAdapter(abc.ABC):
     report_keys: tuple[str, ...] = ("mode",)
     # The program type to load the program as, when not its own (a classifier as a tc action).
     load_as: str | None = None
+    # Whether its program module needs pyroute2 (tc's filters and qdiscs: netlink through pyroute2).
+    needs_pyroute2 = True
     # The interface's directories that hold its unnamed attachments (see _pins.hook_dir).
     hook_dirs: tuple[str, ...] = ()
     # Its program module, whose options a datapath entry of its section takes.

@@ -37,6 +37,7 @@ class XdpHook(HookAdapter):
     label = "XDP"
     prog_type = "xdp"
     module = "xdp_program"
+    needs_pyroute2 = False
     rollback_options = {"requested_mode": "mode"}
 
     def __init__(self, ifname: str, ifindex: int, pins: _pins.PinDir, mode: str):

@@ -14,7 +14,10 @@
 # Under software emulation each module run costs seconds, so nothing goes
 # through Ansible there: pytest runs inside the VM with Debian's Python and
 # starts the modules directly (conftest's ModuleRunner), on veth pairs in
-# namespaces of the VM. The VM has no network but the SSH port, so the Python
+# namespaces of the VM, each forked from an interpreter that imported
+# ansible-core and pyroute2 once (--module-start=fork, module_starter.py: a
+# new interpreter's start alone takes a minute there on a loaded host).
+# --no-ssh leaves out step 1. The VM has no network but the SSH port, so the Python
 # packages the tests need beyond the image's (pytest, ansible-core, bcrypt, the same
 # versions as the venv's) are installed here, for the VM's Python (3.11, as
 # this machine's), and copied in with the checkout's files (what git would
@@ -30,10 +33,14 @@ SITE=.build/vm-site # the packages for the VM's Python
 say() { echo "test_vm.sh: $*"; }
 
 all=
-if [[ ${1:-} == --all ]]; then
-	all=1
+ssh_tests=1
+while [[ ${1:-} == --all || ${1:-} == --no-ssh ]]; do
+	case $1 in
+	--all) all=1 ;;
+	--no-ssh) ssh_tests= ;; # only step 2 (e.g. again for the files that failed in it)
+	esac
 	shift
-fi
+done
 # The integration tests about the controller machine, not the kernel (the docs site in Chromium, the built
 # artifact through ansible-galaxy and ansible-builder, the benchmark report's plots with the venv's matplotlib,
 # the execution environment's image under podman): make integration runs them here; --all leaves them out in
@@ -68,10 +75,12 @@ trap '[[ -z $booted ]] || $VM down' EXIT
 
 # The tests that reach the VM over SSH, through Ansible (tests/integration/test_vm*.py), from here.
 rc=0
-say "pytest here: the tests of the VM as a remote host"
-start=$SECONDS
-.venv/bin/python -m pytest -p no:cacheprovider -q -rxs --durations=10 --vm=only tests/integration || rc=$?
-say "they took $((SECONDS - start)) s (exit $rc)"
+if [[ -n $ssh_tests ]]; then
+	say "pytest here: the tests of the VM as a remote host"
+	start=$SECONDS
+	.venv/bin/python -m pytest -p no:cacheprovider -q -rxs --durations=10 --vm=only tests/integration || rc=$?
+	say "they took $((SECONDS - start)) s (exit $rc)"
+fi
 
 say "copying the checkout and $SITE to the VM's $DEST"
 start=$SECONDS
@@ -107,7 +116,7 @@ in_vm() { # what, pytest arguments...
 	say "pytest in the VM: $which $what${args}"
 	start=$SECONDS
 	$VM ssh "cd $DEST && PYTHONUNBUFFERED=1 PYTHONPATH=$DEST/$SITE:$DEST/.build/collections ANSIBLE_COLLECTIONS_PATH=$DEST/.build/collections \
-	python3 -m pytest -p no:cacheprovider -q -rxs --vm=without $select $* tests/integration$args" || rc=$?
+	python3 -m pytest -p no:cacheprovider -q -rxs --vm=without --module-start=fork $select $* tests/integration$args" || rc=$?
 	say "they took $((SECONDS - start)) s (exit status so far $rc)"
 }
 all_start=$SECONDS

@@ -261,9 +261,12 @@ ssh_vm() {
 	local opts=()
 	while (($#)) && [[ $1 != -- ]]; do opts+=("$1") && shift; done
 	shift
-	ssh -i "$RUN/id_ed25519" -p "$PORT" -o BatchMode=yes -o ConnectTimeout=5 \
+	# ConnectTimeout bounds the banner exchange too: under emulation on a loaded host sshd takes more than 5 s
+	# to answer (make test-debian12's copy step failed so), so 5 s only while waiting for the boot (wait_for
+	# tries again). ssh takes the first value given for an option: the caller's come first.
+	ssh -i "$RUN/id_ed25519" -p "$PORT" "${opts[@]}" -o BatchMode=yes -o ConnectTimeout=120 \
 		-o HostKeyAlias="$NAME" -o UserKnownHostsFile="$RUN/known_hosts" \
-		-o StrictHostKeyChecking=yes -o LogLevel=ERROR "${opts[@]}" root@127.0.0.1 "$@"
+		-o StrictHostKeyChecking=yes -o LogLevel=ERROR root@127.0.0.1 "$@"
 }
 
 port_busy() { ss -Htln "sport = :$1" | grep -q .; }
@@ -324,7 +327,7 @@ up() {
 		say "booting $(basename "$IMAGE") (serial console: ${RUN#"$ROOT"/}/console.log)"
 		wait_for "boot" grep -qF "$READY" "$RUN/console.log"
 	fi
-	wait_for "SSH" ssh_vm -- true
+	wait_for "SSH" ssh_vm -o ConnectTimeout=5 -- true
 	say "up after $((SECONDS - start)) s: $(ssh_vm -- uname -r) on ssh://root@127.0.0.1:$PORT"
 }
 

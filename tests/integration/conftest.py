@@ -11,12 +11,15 @@ via_ansible, test_lab, test_rollout, test_vm, molecule), and
 test_module_runner shows that both ways return the same result.
 """
 
+import atexit
 import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -42,12 +45,18 @@ def pytest_addoption(parser):
     parser.addoption("--kernel-dependent", action="store_true",
                      help="only the tests marked kernel(feature), kernel_either(feature) or debian12(names): what "
                           "make test-vm runs on Debian 12's kernel (make test-debian12 runs them all there)")
+    parser.addoption("--module-start", choices=("exec", "fork"), default="exec",
+                     help="how ModuleRunner starts a module: a new interpreter for each run (python -m, as "
+                          "ansible-core documents for debugging a module), or forked from one that imported what "
+                          "every module imports (module_starter.py; make test-debian12, where an interpreter's start "
+                          "costs a minute under emulation)")
     parser.addoption("--vm", choices=("with", "without", "only"), default="with",
                      help="the tests that reach the lab's VM host over SSH (the vm fixture): with the others, "
                           "without them (make integration), or only them (make test-vm, which boots it once)")
 
 
 def pytest_configure(config):
+    MODULE_START[0] = config.getoption("module_start")
     config.addinivalue_line("markers", "kernel(feature): the test needs a kernel feature of kernel_features.PROBES; "
                             "where it is absent, the feature's refusal is asserted instead")
     config.addinivalue_line("markers", "quiet: the test measures rates or timing, or compares snapshots of the "
@@ -347,6 +356,53 @@ def module_result(proc):
     return res
 
 
+# How ModuleRunner starts a module (--module-start), and the warm starters by interpreter.
+MODULE_START = ["exec"]
+_STARTERS = {}
+_STARTERS_LOCK = threading.Lock()
+
+
+def _starter(python, pythonpath):
+    """The unix socket of python's module starter (module_starter.py), started on first use: its imports take
+    as long as one module's start."""
+    with _STARTERS_LOCK:
+        found = _STARTERS.get(python)
+        if found and found[0].poll() is None:
+            return found[1]
+        path = "/tmp/ebpf-xdp-starter.%s" % uuid.uuid4().hex[:12]
+        proc = subprocess.Popen(  # pylint: disable=consider-using-with
+            [python, os.path.join(os.path.dirname(os.path.abspath(__file__)), "module_starter.py"), path],
+            stdout=subprocess.PIPE, text=True, cwd="/tmp", env=dict(os.environ, PYTHONPATH=pythonpath))
+        ready = proc.stdout.readline()
+        assert ready == "ready\n", "the module starter of %s did not start (exit %s)" % (python, proc.poll())
+        atexit.register(_stop_starter, proc, path)
+        _STARTERS[python] = (proc, path)
+        return path
+
+
+def _stop_starter(proc, path):
+    proc.terminate()
+    proc.wait()
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _forked_run(python, argv, stdin, env):
+    """A module run through python's starter: what subprocess.run(argv) would have returned."""
+    module = argv[-1]
+    path = _starter(python, env["PYTHONPATH"])
+    request = {"module": module, "stdin": stdin, "cwd": "/tmp", "env": env}
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(path)
+        with conn.makefile("rwb") as stream:
+            stream.write(json.dumps(request).encode("utf-8", "surrogateescape") + b"\n")
+            stream.flush()
+            answer = json.loads(stream.readline())
+    return subprocess.CompletedProcess(argv, answer["returncode"], answer["stdout"], answer["stderr"])
+
+
 class ModuleRunner(object):
     """Runs ebpf.xdp modules on this machine with one interpreter: directly (see the module docstring), or
     through `ansible localhost -m` with via_ansible (for what only Ansible does, such as respawn)."""
@@ -377,9 +433,12 @@ class ModuleRunner(object):
             # The arguments on stdin: an argument longer than a file name fails ansible-core's is-it-a-file test.
             argv = [self.python, "-m", "ansible_collections.ebpf.xdp.plugins.modules." + module]
             pythonpath = ":".join(filter(None, (module_path(), os.environ.get("PYTHONPATH"))))
-            proc = subprocess.run(prefix + argv, input=json.dumps({"ANSIBLE_MODULE_ARGS": payload}),
-                                  capture_output=True, text=True, cwd="/tmp", check=False,
-                                  env=dict(os.environ, PYTHONPATH=pythonpath, **(env or {})))
+            stdin = json.dumps({"ANSIBLE_MODULE_ARGS": payload})
+            env = dict(os.environ, PYTHONPATH=pythonpath, **(env or {}))
+            if MODULE_START[0] == "fork" and not prefix:
+                return module_result(_forked_run(self.python, argv, stdin, env))
+            proc = subprocess.run(prefix + argv, input=stdin, capture_output=True, text=True, cwd="/tmp",
+                                  check=False, env=env)
             return module_result(proc)
         assert not env, "env is for direct runs"
         argv = ansible_cli("ansible") + ["localhost", "-c", "local", "-i", "localhost,",

@@ -4,7 +4,8 @@ Modules run with a chosen interpreter: Debian's /usr/bin/python3 (pyroute2
 0.7) and the venv's Python (pyroute2 0.9). Tests about the kernel start the
 module directly, the way ansible-core documents for debugging a module
 (`python -m MODULE` with its arguments as JSON on stdin): the same module code, argument spec, check and
-diff mode, without the ~1.5 s of a controller per run. What only Ansible does
+diff mode, without the ~1.5 s of a controller per run (in the lab's VM, --module-start=fork: forked from an
+interpreter that imported what every module imports, module_starter.py). What only Ansible does
 (AnsiballZ packaging, respawn under another interpreter, connection plugins,
 roles) is tested through `ansible` and `ansible-playbook` (ModuleRunner's
 via_ansible, test_lab, test_rollout, test_vm, molecule), and
@@ -407,10 +408,11 @@ class ModuleRunner(object):
     """Runs ebpf.xdp modules on this machine with one interpreter: directly (see the module docstring), or
     through `ansible localhost -m` with via_ansible (for what only Ansible does, such as respawn)."""
 
-    def __init__(self, python, pin_root, via_ansible=False):
+    def __init__(self, python, pin_root, via_ansible=False, start=None):
         self.python = python
         self.pin_root = pin_root
         self.via_ansible = via_ansible
+        self.start = start  # "exec" or "fork" for a direct run; the session's --module-start when None
 
     def __call__(self, module, args, check=False, diff=False, no_caps=False, pin=True, env=None):
         """The module's result. env: variables for the module's process (direct runs only)."""
@@ -435,7 +437,7 @@ class ModuleRunner(object):
             pythonpath = ":".join(filter(None, (module_path(), os.environ.get("PYTHONPATH"))))
             stdin = json.dumps({"ANSIBLE_MODULE_ARGS": payload})
             env = dict(os.environ, PYTHONPATH=pythonpath, **(env or {}))
-            if MODULE_START[0] == "fork" and not prefix:
+            if (self.start or MODULE_START[0]) == "fork" and not prefix:
                 return module_result(_forked_run(self.python, argv, stdin, env))
             proc = subprocess.run(prefix + argv, input=stdin, capture_output=True, text=True, cwd="/tmp",
                                   check=False, env=env)

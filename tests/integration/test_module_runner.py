@@ -2,7 +2,9 @@
 
 Each case runs once through `ansible localhost -m` and once directly, on the
 same kernel state, and the two results must be equal but for what only
-Ansible adds. This is what lets the kernel tests skip the controller.
+Ansible adds. This is what lets the kernel tests skip the controller. A run
+forked from the warm starter (--module-start=fork, make test-debian12's) must
+report what a new interpreter reports.
 """
 
 import json
@@ -14,6 +16,7 @@ import pytest
 from conftest import ModuleRunner, sh
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _bytecode
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge
 
 # Added by Ansible's task executor and action plugin around the module's own result.
 ANSIBLE_ONLY = {"_ansible_no_log", "action", "deprecations", "exception"}
@@ -65,6 +68,32 @@ def test_direct_and_ansible_runs_report_the_same(python, pair, drop_obj, pin_roo
     sh("ip", "-n", pair.tx, "link", "set", "dev", "eth0", "xdpgeneric", "obj", drop_obj, "sec", "xdp")
     left = both(python, pin_root, "xdp_program", dict(interface="eth0", netns=pair.tx, state="absent"))
     assert left["changed"] is False and any("not managed by ebpf.xdp" in w for w in left["warnings"]), left
+
+
+def test_forked_and_new_interpreter_runs_report_the_same(python, pair, drop_obj, pin_root):
+    """--module-start=fork against python -m, on the same kernel state: a plan, the argument spec's refusal and
+    the module's own, a run killed at a fault point (SIGKILL, the test's environment reaching the module), the
+    run that attaches, and the no-change run after it."""
+    started = ModuleRunner(python, pin_root, start="exec")
+    forked = ModuleRunner(python, pin_root, start="fork")
+
+    def same(args, **kwargs):
+        new, warm = started("xdp_program", args, **kwargs), forked("xdp_program", args, **kwargs)
+        assert warm == new
+        return warm
+
+    args = dict(interface="eth0", netns=pair.rx, object=drop_obj)
+    planned = same(args, check=True, diff=True)
+    assert planned["changed"] and planned["diff"]["after"] and pair.xdp_prog_id() is None, planned
+    assert same(dict(args, mode="offloaded"))["failed"]
+    assert "nosuch0" in same(dict(args, interface="nosuch0"))["msg"]
+    for runner in (started, forked):
+        killed = runner("xdp_program", args, env={_converge.FAULT_POINT_ENV: "after_load"})
+        assert killed == {"failed": True, "killed": True, "changed": False}, killed
+    attached = forked("xdp_program", args)
+    assert attached["changed"] and pair.xdp_prog_id() == attached["id"], attached
+    again = same(args)
+    assert again["changed"] is False and again["id"] == attached["id"], again
 
 
 @pytest.mark.quiet  # moves the host's bytecode cache aside for a moment: no other run through Ansible beside it

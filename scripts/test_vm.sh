@@ -5,7 +5,7 @@
 #     test_ee.py through ansible-runner and ansible-navigator in make ee's image)
 #  2. the kernel-dependent integration tests (those marked kernel(feature),
 #     see tests/integration/kernel_features.py) inside it. Extra arguments go
-#     to that pytest (e.g. -k tcx).
+#     to that pytest (e.g. -k tcx, or test files: those instead of all of them).
 # With --all first (make test-debian12), step 2 runs every integration test
 # inside it instead (the lab, the roles, the bcc backend, the faults and the
 # bad input included), but for the files about the controller machine alone
@@ -95,8 +95,13 @@ mkdir -p $DEST/.build/collections/ansible_collections/ebpf
 ln -sfn $DEST $DEST/.build/collections/ansible_collections/ebpf/xdp
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf"
 
+# Test files or node ids among the extra arguments run instead of tests/integration (e.g. the files that failed).
 args=""
-for arg in "$@"; do args+=" $(printf '%q' "$arg")"; done
+paths=tests/integration
+for arg in "$@"; do
+	args+=" $(printf '%q' "$arg")"
+	[[ $arg != tests/* ]] || paths=
+done
 # The VM has two CPUs (qemu runs a thread for each): the tests that can
 # share it run on two workers, a file's tests on one (as make
 # integration-shared does here); those marked quiet (rates, timing,
@@ -116,7 +121,7 @@ in_vm() { # what, pytest arguments...
 	say "pytest in the VM: $which $what${args}"
 	start=$SECONDS
 	$VM ssh "cd $DEST && PYTHONUNBUFFERED=1 PYTHONPATH=$DEST/$SITE:$DEST/.build/collections ANSIBLE_COLLECTIONS_PATH=$DEST/.build/collections \
-	python3 -m pytest -p no:cacheprovider -q -rxs --vm=without --module-start=fork $select $* tests/integration$args" || rc=$?
+	python3 -m pytest -p no:cacheprovider -q -rxs --vm=without --module-start=fork $select $* $paths$args" || rc=$?
 	say "they took $((SECONDS - start)) s (exit status so far $rc)"
 }
 all_start=$SECONDS

@@ -80,6 +80,23 @@ def measured(argv, env, output):
     return seconds, maxrss_kib / 1024.0, rc
 
 
+def required(argv, env, what, playbook_run=False):
+    """Run an unmeasured step that must succeed (the lab's set-up, the first deploy); when it fails, exit with
+    what it printed (a playbook's failed tasks from the json callback, else its output's tail), not only its
+    exit status."""
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
+    if proc.returncode == 0:
+        return
+    said = []
+    if playbook_run and "{\n" in proc.stdout:
+        try:
+            said = failures(json.loads(proc.stdout[proc.stdout.index("{\n"):]))
+        except ValueError:
+            pass
+    raise SystemExit("rollout.py: %s failed (exit %d):\n%s" % (
+        what, proc.returncode, "\n".join(said) or proc.stdout[-6000:] + proc.stderr[-3000:]))
+
+
 def callback_document(output):
     """The document the json callback printed into output (ansible-playbook's stdout)."""
     with open(output) as handle:
@@ -196,18 +213,16 @@ def run_lab(hosts, forks_list, against=None, reruns=1, strategies=("linear",), m
     lab_seconds = 0.0
     try:
         if not lab:
-            subprocess.run([sys.executable, FLEET, "inventory", directory, "-n", str(hosts), "--prefix", prefix],
-                           check=True, stdout=subprocess.DEVNULL)
+            required([sys.executable, FLEET, "inventory", directory, "-n", str(hosts), "--prefix", prefix], env,
+                     "fleet_lab.py inventory")
             start = time.monotonic()
-            subprocess.run(playbook(ROOT, directory, "lab_up.yml", 10), env=env, check=True,
-                           stdout=subprocess.DEVNULL)
+            required(playbook(ROOT, directory, "lab_up.yml", 10), env, "lab_up.yml", playbook_run=True)
             lab_seconds = time.monotonic() - start
-            subprocess.run([sys.executable, FLEET, "traffic", directory, "start"], check=True,
-                           stdout=subprocess.DEVNULL)
+            required([sys.executable, FLEET, "traffic", directory, "start"], env, "fleet_lab.py traffic start")
         release = int(time.time()) if lab else 1  # a release the kept lab has not had
         if against:  # both measured rollouts are upgrades
-            subprocess.run(playbook(ROOT, directory, "deploy_xdp.yml", max(forks_list), {"fleet_release": release}),
-                           env=env, check=True, stdout=subprocess.DEVNULL)
+            required(playbook(ROOT, directory, "deploy_xdp.yml", max(forks_list), {"fleet_release": release}), env,
+                     "the first (unmeasured) deploy of this checkout", playbook_run=True)
         for forks in forks_list:
             for root, name, run_env in variants:
                 release += 1

@@ -21,6 +21,7 @@ from test_xdp_dispatcher import burst, chain, component, loader_cleanup  # noqa:
 from kernel_features import xdp_loader, xdp_tools_object
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _datapath, _facts
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns, session as _session
 from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames
@@ -191,30 +192,52 @@ def in_process(config, pin_root, namespaces):
 
 
 def reads_of(session, kind):
-    """How often the session read each record (kind "record", by path) or each hook's state (kind "hook", by
-    namespace, hook and ifindex; the tc dumps too: qdiscs, filters)."""
+    """How often the session read each record (kind "record", by path), each hook's state (kind "hook", by
+    namespace, hook and ifindex; the tc dumps too: qdiscs, filters), each map set's groups (kind "map set", by
+    the set's directory) or each listing of pin directories (kind "pin dirs": a hook's attachments, a set's
+    groups; by directory and hook)."""
     if kind == "record":
         return {key[1]: n for key, n in session.reads.items() if key[0] == "record"}
+    if kind == "map set":
+        return {key[2]: n for key, n in session.reads.items() if key[0] != "record" and key[1] == _pins.MAP_SET_STATE}
+    if kind == "pin dirs":
+        return {key[2:]: n for key, n in session.reads.items() if key[0] != "record" and key[1] == _pins.PIN_DIRS}
     return {key: n for key, n in session.reads.items()
             if key[0] != "record" and (key[1].startswith(_session.HOOK) or key[1] in ("links", "qdiscs", "filters"))}
 
 
 def test_a_task_reads_each_record_and_each_hook_once(run_distro, switch, mcast_obj, tc_obj, pin_root,  # noqa: F811
                                                      features, monkeypatch):
-    """The host state of a task (issue 39 item 1): a no-change overridden run over three XDP programs, a tc
-    filter and a group reads each ownership record once and each hook's kernel state once (IFLA_XDP of every
-    port from one link dump, the qdisc dump, the tc hook's filters and tcx programs), however many times the gather, the holds, the
-    converger and the gather after look at them; a run that upgrades p0's program reads p0's hook again only
-    after writing it, and every other hook and every record once. A hook is held for a put-back (an fd to each
-    of its pins) only right before its step changes it."""
+    """The host state of a task (issue 39 item 1): a no-change overridden run over three XDP programs, four tc
+    attachments (an unnamed filter on p3's ingress, three named ones on its egress, each tcx one placed after the
+    one before it) and a group reads each ownership record once, each hook's kernel state once (IFLA_XDP of every
+    port from one link dump, the qdisc dump, the tc hooks' filters and tcx programs), the group's map set once
+    and each listing of pin directories once (the egress hook's attachments, which each placed one looks up its
+    anchor among; the set's groups), however many times the gather, the holds, the converger and the gather
+    after look at them; a run that upgrades p0's program reads p0's hook again only after writing it, and
+    every other hook, record, map set and listing once; a run that changes the group's members reads its map
+    set again only after writing it (for the gather after). A hook is held for a put-back (an fd to each of its
+    pins) only right before its step changes it."""
     ports, _hosts = switch
+    if features["tcx"]:
+        named = [dict(name="first"), dict(name="second", after="first"), dict(name="third", after="second")]
+    else:  # cls_bpf's named attachments run by priority, and nothing looks at their siblings when nothing changes
+        named = [dict(name=name, priority=priority) for priority, name in enumerate(("first", "second", "third"), 1)]
     config = {"xdp": [program(ports, port, mcast_obj) for port in range(3)],
-              "tc": [dict(interface="p3", netns=ports.sw, object=tc_obj, program="tc_drop_count", method="cls_bpf")],
+              "tc": [dict(interface="p3", netns=ports.sw, object=tc_obj, program="tc_drop_count", method="cls_bpf")]
+              + [dict(entry, interface="p3", netns=ports.sw, object=tc_obj, program="tc_drop_count",
+                      direction="egress", method="tcx" if features["tcx"] else "cls_bpf") for entry in named],
               "devmap_groups": [group(ports, "one", [1, 2], ONE)]}
     res = run_distro("datapath", {"config": config})
     assert res["changed"] and not res.get("failed"), res
     owners = sorted(os.path.join(base, "owner") for base, _dirs, files in os.walk(pin_root) if "owner" in files)
-    assert len(owners) == 5, owners  # three XDP attachments, the tc one, the group
+    assert len(owners) == 8, owners  # three XDP attachments, the four tc ones, the group
+    [set_dir] = {os.path.dirname(os.path.dirname(os.path.dirname(owner))) for owner in owners if "/groups/" in owner}
+    # The listings, by directory (and hook): p3's egress attachments (what a placed one looks among for its
+    # anchor), the set's groups.
+    egress_listing = (os.path.dirname(os.path.dirname(next(o for o in owners if "tc_egress@first" in o))),
+                      "tc_egress")
+    listings = ({egress_listing: 1} if features["tcx"] else {}) | {(os.path.join(set_dir, "groups"),): 1}
 
     held = []
     hold = _converge.hold
@@ -223,14 +246,17 @@ def test_a_task_reads_each_record_and_each_hook_once(run_distro, switch, mcast_o
     assert result["changed"] is False, result
     records, hooks = reads_of(session, "record"), reads_of(session, "hook")
     assert sorted(records) == owners and set(records.values()) == {1}, records
-    tcx = [("hook:tcx", ports.ifindex[3], "ingress")] if features["tcx"] else []  # tc's hook: its tcx programs too
+    tcx = [("hook:tcx", ports.ifindex[3], direction) for direction in ("ingress", "egress")] if features["tcx"] \
+        else []  # tc's hooks: their tcx programs too
     assert sorted(key[1:] for key in hooks) == sorted(
         [("hook:xdp", index) for index in ports.ifindex[:3]] + [("links",), ("qdiscs",)]
-        + [("filters", ports.ifindex[3], "ingress", 0)]
+        + [("filters", ports.ifindex[3], direction, 0) for direction in ("ingress", "egress")]
         + tcx), hooks
     assert set(hooks.values()) == {1}, hooks
+    assert reads_of(session, "map set") == {set_dir: 1}, reads_of(session, "map set")
+    assert reads_of(session, "pin dirs") == listings, reads_of(session, "pin dirs")
     assert held == [], held  # nothing changes, so no hook is held for a put-back (an fd to each of its pins)
-    print("\nno-change run, 3 XDP + 1 tc + 1 group: %d bpf(), %d netlink, %d records"
+    print("\nno-change run, 3 XDP + 4 tc + 1 group: %d bpf(), %d netlink, %d records"
           % (session.counts["bpf"], session.counts["netlink"], session.counts["record"]))
 
     upgraded = dict(config, xdp=[dict(config["xdp"][0], constants={"default_group": 1})] + config["xdp"][1:])
@@ -241,8 +267,19 @@ def test_a_task_reads_each_record_and_each_hook_once(run_distro, switch, mcast_o
     assert sorted(records) == owners and set(records.values()) == {1}, records  # a record written is known as written
     p0 = [key for key in hooks if key[1:] == ("hook:xdp", ports.ifindex[0])]
     assert p0 and all(n == 1 for key, n in hooks.items() if key not in p0), hooks
+    assert reads_of(session, "map set") == {set_dir: 1}, reads_of(session, "map set")
+    assert reads_of(session, "pin dirs") == listings, reads_of(session, "pin dirs")
     print("upgrade of one of them: %d bpf(), %d netlink, %d records"
           % (session.counts["bpf"], session.counts["netlink"], session.counts["record"]))
+
+    smaller = dict(upgraded, devmap_groups=[dict(group(ports, "one", [1], ONE), exclusive=True)])
+    result, session = in_process(smaller, pin_root, [ports.sw])
+    assert [c["entry"] for c in result["changes"]] == ["config.devmap_groups[0]"], result["changes"]
+    assert result["after"]["devmap_groups"][0]["members"] == ["p1"], result["after"]
+    # Read by the gather and the group's converge alike, then again by the gather after, which sees the write.
+    assert reads_of(session, "map set") == {set_dir: 2}, reads_of(session, "map set")
+    records, hooks = reads_of(session, "record"), reads_of(session, "hook")
+    assert set(records.values()) == {1} and set(hooks.values()) == {1}, (records, hooks)
 
 
 @pytest.mark.quiet  # snapshots of the whole host

@@ -146,16 +146,39 @@ def hook_kind(directory: str) -> str | None:
     return next((kind for kind, names in HOOK_DIRS.items() if hook in names), None)
 
 
+# What the host session keeps of bpffs (see _session.forget): the pin directories in a directory (an
+# interface's attachments, a map set's groups), listed once per task until this run makes or removes one.
+PIN_DIRS = "pin_dirs"
+# What a map set's maps say of its groups (maps/devmap's SetState), read once per task until this run writes
+# to a map (a group's writes, a map entry's).
+MAP_SET_STATE = "map_set"
+
+
 def hook_attachments(pin_root: str, interface_dir: str, hook: str) -> dict[str | None, PinDir]:
     """Every attachment directory of one hook (e.g. tc_ingress) in an interface's directory, by name (None: the
-    unnamed one); only those that exist."""
-    found = {}
-    for entry in sorted(os.listdir(interface_dir)) if os.path.isdir(interface_dir) else []:
-        base, name = split_hook_dir(entry)
-        if base == hook and (name is None or ATTACHMENT_NAME.fullmatch(name)) \
-                and os.path.isdir(os.path.join(interface_dir, entry)):
-            found[name] = PinDir(pin_root, os.path.join(interface_dir, entry))
-    return found
+    unnamed one); only those that exist. Listed once per host session (the tc adapter asks for a hook's other
+    attachments at each look and at each placement), until a pin directory is made or removed."""
+    def listing() -> dict[str | None, str]:
+        found = {}
+        for entry in sorted(os.listdir(interface_dir)) if os.path.isdir(interface_dir) else []:
+            base, name = split_hook_dir(entry)
+            if base == hook and (name is None or ATTACHMENT_NAME.fullmatch(name)) \
+                    and os.path.isdir(os.path.join(interface_dir, entry)):
+                found[name] = os.path.join(interface_dir, entry)
+        return found
+
+    listed = _session.dump((PIN_DIRS, interface_dir, hook), listing)
+    return {name: PinDir(pin_root, directory) for name, directory in listed.items()}
+
+
+def made_or_removed_dirs() -> None:
+    """This run made or removed pin directories: the directories' listings are read again."""
+    _session.forget(PIN_DIRS)
+
+
+def wrote_map_sets() -> None:
+    """This run wrote to a map (a group's maps, a map entry): a map set's groups are read again."""
+    _session.forget(MAP_SET_STATE)
 
 
 def attachment_dir(pin_root: str, netns_key: str, ifname: str, hook: str) -> str:
@@ -363,6 +386,7 @@ class PinDir:
     @staticmethod
     def undo(created: list[str]) -> None:
         """Remove what a failed first attach made (maps libbpf pinned included)."""
+        made_or_removed_dirs()
         for path in created:
             if os.path.basename(path) == "maps" and os.path.isdir(path):
                 for name in os.listdir(path):
@@ -409,6 +433,8 @@ def make_dirs(directory: str) -> list[str]:
     while not os.path.isdir(path):
         created.append(path)
         path = os.path.dirname(path)
+    if created:
+        made_or_removed_dirs()
     for path in reversed(created):
         os.mkdir(path, 0o700)
     return created
@@ -418,6 +444,7 @@ def prune_empty(path: str, stop: str) -> None:
     """Remove path and its parents while they are empty (or already gone), stopping below `stop`."""
     stop = os.path.normpath(stop)
     path = os.path.normpath(path)
+    made_or_removed_dirs()
     while path.startswith(stop + os.sep):
         try:
             os.rmdir(path)

@@ -67,18 +67,26 @@ def _request(sock: socket.socket, family: int, cmd: int, attrs: bytes, seq: int)
     raise OSError(errno.EPROTO, "no answer to generic netlink command %d" % cmd)
 
 
+def _family_id(sock: socket.socket) -> int | None:
+    """The netdev generic netlink family's id, or None when the kernel has no such family (< 6.3)."""
+    try:
+        family = _request(sock, GENL_ID_CTRL, CTRL_CMD_GETFAMILY, _nlmsg.attr(CTRL_ATTR_FAMILY_NAME, b"netdev\0"), 1)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return None
+        raise
+    return struct.unpack("=H", family[CTRL_ATTR_FAMILY_ID][:2])[0]
+
+
 def xdp_features(ifindex: int) -> int | None:
     """The NETDEV_XDP_ACT_* bits of one interface, or None when the kernel has no netdev family (< 6.3)."""
     with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, NETLINK_GENERIC) as sock:
         sock.bind((0, 0))
-        try:
-            family = _request(sock, GENL_ID_CTRL, CTRL_CMD_GETFAMILY,
-                              _nlmsg.attr(CTRL_ATTR_FAMILY_NAME, b"netdev\0"), 1)
-        except OSError as exc:
-            if exc.errno == errno.ENOENT:
-                return None
-            raise
-        family_id = struct.unpack("=H", family[CTRL_ATTR_FAMILY_ID][:2])[0]
+        # The family's id is the kernel's, the same in every namespace: asked once per host session (a devmap
+        # group asks for each member).
+        family_id = _session.probe("netdev family", lambda: _family_id(sock))
+        if family_id is None:
+            return None
         try:
             answer = _request(sock, family_id, NETDEV_CMD_DEV_GET,
                               _nlmsg.attr(NETDEV_A_DEV_IFINDEX, struct.pack("=I", ifindex)), 2)

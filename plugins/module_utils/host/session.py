@@ -19,7 +19,10 @@ writes is kept as written). What a write changes is forgotten, and only
 that: a filter's write, the filter dumps; a qdisc's, all dumps of the
 namespace; a hook's (wrote_hook(ifindex), said by the libbpf and libxdp
 bindings at each attach, update and detach), that hook's state; so the
-next read sees what the write did. Taking a lock forgets nothing: what a
+next read sees what the write did. What is read by path in bpffs (which
+attachments a hook has, what a map set's maps say of its groups) is kept
+the same way, and forgotten in every namespace by the code that writes
+there (forget). Taking a lock forgets nothing: what a
 concurrent run changes between this run's read and its lock, the kernel's
 atomic swaps refuse (a REPLACE expects the old program, a tcx attach the
 hook's revision) or the lock orders after it, as though this run had read
@@ -120,6 +123,11 @@ class Session:
         self.dumps = {key: value for key, value in self.dumps.items()
                       if key[0] != netns or kind not in (None, key[1])}
 
+    def forget(self, kind: str) -> None:
+        """Dumps of a kind read by path (bpffs listings, map sets' contents: the same from every namespace) are
+        read again when next asked for, in whichever namespace they were read."""
+        self.dumps = {key: value for key, value in self.dumps.items() if key[1] != kind}
+
     def count(self, kind: str, what: str) -> None:
         self.counts[kind] += 1
         self.counts[kind + ":" + what] += 1
@@ -199,6 +207,13 @@ def wrote(kind: str | None = None) -> None:
     session = active()
     if session:
         session.wrote(kind)
+
+
+def forget(kind: str) -> None:
+    """What this run wrote changes what dumps of kind said, in any namespace: see Session.forget."""
+    session = active()
+    if session:
+        session.forget(kind)
 
 
 def count(kind: str, what: str) -> None:

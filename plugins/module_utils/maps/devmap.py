@@ -37,7 +37,8 @@ import socket
 import struct
 import sys
 
-from ansible_collections.ebpf.xdp.plugins.module_utils.host import netdev as _netdev, netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import netdev as _netdev, netns as _netns, \
+    session as _session
 from ansible_collections.ebpf.xdp.plugins.module_utils.host.journal import Journal
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, loader as _loader, pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames
@@ -214,6 +215,39 @@ def redirect_problem(ifname: str, ifindex: int) -> str | None:
 # ---------------------------------------------------------------- the map set
 
 
+@dataclasses.dataclass(frozen=True)
+class SetState:
+    """What a map set's maps say of its groups, counters apart (they move with every frame): read once per host
+    session, by the gather and the group's converge alike, until this run writes to a map (_pins.wrote_map_sets)
+    or the set's pins are replaced."""
+
+    members: dict[int, dict[int, int]]  # group id -> ifindex -> egress program id, for each group in mcast_groups
+    addresses: dict[str, int]  # address -> group id
+    config: dict[int, tuple[int, int]]  # group id -> (flags, member count) as written, for each group
+    address_capacity: int  # mcast_addrs' max_entries
+
+    def group_ids(self) -> list[int]:
+        return sorted(self.members)
+
+    def group(self, group_id: int | None) -> dict[int, int] | None:
+        """A group's members (a copy: the state is the session's), or None when there is no such group."""
+        members = self.members.get(group_id)
+        return None if members is None else dict(members)
+
+
+class _Pinned(dict):
+    """A map set's maps by name, each opened from its pin when first used: a run that reads the set's state from
+    the session opens none."""
+
+    def __init__(self, directory: str):
+        super().__init__()
+        self.directory = directory
+
+    def __missing__(self, name: str) -> _bpf.Map:
+        opened = self[name] = _bpf.Map.from_pin(os.path.join(self.directory, name))
+        return opened
+
+
 class MapSet:
     """The pinned maps of one map set, open until close()."""
 
@@ -226,13 +260,7 @@ class MapSet:
                 "map set %r has no pinned %s in %s: attach the multicast program with shared_maps: %s first, "
                 "e.g. ebpf.xdp.xdp_program with object: <xdp_multicast.o>, program: xdp_multicast, shared_maps: %s "
                 "on each member port" % (name, ", ".join(missing), directory, name, name))
-        self.maps = {}
-        try:
-            for name_ in MAPS:
-                self.maps[name_] = _bpf.Map.from_pin(os.path.join(directory, name_))
-        except Exception:
-            self.close()
-            raise
+        self.maps = _Pinned(directory)
 
     def __enter__(self):
         return self
@@ -243,9 +271,25 @@ class MapSet:
     def close(self) -> None:
         for opened in self.maps.values():
             opened.close()
+        self.maps.clear()
 
     def __getitem__(self, name: str) -> _bpf.Map:
         return self.maps[name]
+
+    def state(self) -> SetState:
+        """The set's groups as its maps hold them, read once per host session (see SetState); a set whose pins
+        were replaced (another inode) is read anew."""
+        pin = os.stat(os.path.join(self.directory, "mcast_groups"))
+        return _session.dump((_pins.MAP_SET_STATE, self.directory, pin.st_ino, pin.st_ctime_ns), self._read_state)
+
+    def _read_state(self) -> SetState:
+        members = {}
+        for group_id in self.group_ids():
+            found = self.members(group_id)
+            if found is not None:  # else removed while we read
+                members[group_id] = found
+        return SetState(members, self.addresses(), {group_id: self.config(group_id) for group_id in members},
+                        self["mcast_addrs"].info["max_entries"])
 
     def group_ids(self) -> list[int]:
         return sorted(struct.unpack("<I", key)[0] for key in self["mcast_groups"].keys())
@@ -283,7 +327,9 @@ class MapSet:
         """group id -> record, for every group directory of the set."""
         out = {}
         groups = os.path.join(self.directory, GROUPS_DIR)
-        for entry in sorted(os.listdir(groups)) if os.path.isdir(groups) else []:
+        listed = _session.dump((_pins.PIN_DIRS, groups),
+                               lambda: sorted(os.listdir(groups)) if os.path.isdir(groups) else [])
+        for entry in listed:
             record = _pins.Record(os.path.join(groups, entry, "owner")).read()
             if record and entry.isdigit():
                 out[int(entry)] = record
@@ -303,15 +349,14 @@ def read_set(set_dir: str, name: str) -> tuple[list[dict], dict[int, dict]]:
     """read_groups()'s groups, and the records of the managed ones by id (what ebpf.xdp.datapath gathers)."""
     with MapSet(set_dir, name) as mset:
         records = mset.records()
+        state = mset.state()
         by_group = {}
-        for address, group_id in mset.addresses().items():
+        for address, group_id in state.addresses.items():
             by_group.setdefault(group_id, []).append(address)
         out = []
-        for group_id in mset.group_ids():
-            members = mset.members(group_id)
-            if members is None:
-                continue  # removed while we read
-            flags, _count = mset.config(group_id)
+        for group_id in state.group_ids():
+            members = state.members[group_id]
+            flags, _count = state.config[group_id]
             record = records.get(group_id, {})
             out.append({
                 "id": group_id, "name": record.get("name"),
@@ -480,7 +525,7 @@ class GroupManager:
         w = self.desired
         records = mset.records()
         by_name = {r.get("name"): gid for gid, r in records.items() if r.get("name")}
-        existing = set(mset.group_ids())
+        existing = set(mset.state().group_ids())
         if w.group_id is not None:
             if w.name and w.name in by_name and by_name[w.name] != w.group_id:
                 raise GroupError("group %s has id %d in map set %s, not %d; name the group by its id or "
@@ -518,14 +563,26 @@ class GroupManager:
                 return self._result(True, w.group_id, w.name, {"present": False}, {"present": True}, {}, [])
         with MapSet(self.set_dir, w.shared_maps) as mset:
             group_id, record = self.find(mset)
-            members = mset.members(group_id) if group_id else None
-            addresses = {a for a, g in mset.addresses().items() if g == group_id}
-            flags, count = mset.config(group_id) if group_id else (0, 0)
+            state = mset.state()
+            members = state.group(group_id)
+            addresses = {a for a, g in state.addresses.items() if g == group_id}
+            # An id that is no group's (a new group's) has what its removal wrote, or nothing yet.
+            flags, count = state.config[group_id] if members is not None else \
+                mset.config(group_id) if group_id else (0, 0)
             egress = (record or {}).get("egress")
             before = describe(group_id, (record or {}).get("name"), members, addresses, flags, egress)
-            if w.state == "absent":
-                return self._absent(mset, group_id, record, members, addresses, before)
-            return self._present(mset, group_id, record, members or {}, addresses, (flags, count), before)
+            try:
+                if w.state == "absent":
+                    result = self._absent(mset, group_id, record, members, addresses, before)
+                else:
+                    result = self._present(mset, group_id, record, members or {}, addresses, (flags, count), before)
+            except Exception:
+                if not self.check_mode:
+                    _pins.wrote_map_sets()  # whatever was written and put back, the next read sees it
+                raise
+            if result["changed"] and not self.check_mode:
+                _pins.wrote_map_sets()
+            return result
 
     def _result(self, changed, group_id, name, before, after, members: dict, addresses) -> dict:
         return {"changed": changed, "id": group_id, "name": name, "shared_maps": self.desired.shared_maps,
@@ -576,13 +633,14 @@ class GroupManager:
             raise GroupError("group would have %d members; a group holds at most %d"
                              % (len(want_members), MAX_MEMBERS))
         want_addresses = merge(addresses, w.addresses, w.exclusive)
-        owners = mset.addresses()
+        state = mset.state()
+        owners = state.addresses
         taken = sorted(a for a in want_addresses if owners.get(a, group_id) != group_id)
         if taken:
             raise GroupError("address %s already belongs to group %d of map set %s; remove it there first"
                              % (taken[0], owners[taken[0]], w.shared_maps))
         new_addresses = want_addresses - addresses
-        room = mset["mcast_addrs"].info["max_entries"] - len(owners)
+        room = state.address_capacity - len(owners)
         if len(new_addresses) > room:
             raise GroupError("map set %s has room for %d more addresses, not %d"
                              % (w.shared_maps, room, len(new_addresses)))
@@ -603,7 +661,7 @@ class GroupManager:
             if problem:
                 self.no_native_redirect.append(names[ifindex])
                 self.warnings.append(problem)
-        exists = bool(record) and mset.members(group_id) is not None
+        exists = bool(record) and state.group(group_id) is not None
         prog_id = (egress or {}).get("prog_id", 0)
         changed = (not exists or load_egress or before != as_before or config != (flags, len(want_members))
                    or any(members[i] != prog_id for i in want_members if i in members)

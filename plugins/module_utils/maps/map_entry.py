@@ -214,7 +214,11 @@ class MapEntries:
             raise MapEntryError("%s holds at most %d entries; this task would leave %d in it" % (
                 self.info["name"], self.info["max_entries"], len(new)))
         if not check_mode:
-            self._apply(current, updates, deletes)
+            try:
+                self._apply(current, updates, deletes)
+            finally:
+                if updates or deletes:
+                    _pins.wrote_map_sets()  # a map of a set, perhaps: its groups are read again
             new = self.read()
         before = decode_entries(current, self.key, self.value, self.map.percpu, self.zero)
         after_entries = decode_entries(new, self.key, self.value, self.map.percpu, self.zero)

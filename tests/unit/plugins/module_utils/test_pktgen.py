@@ -1,9 +1,8 @@
-"""pktgen's pure parts: the Result-line parser, thread listings, CPU lists, addresses, settings and the
+"""pktgen's pure parts: the Result-line parser, thread listings, the threads' CPUs, addresses, settings and the
 commands they become. The proc protocol itself runs against a real kernel (tests/integration/test_pktgen_kernel.py)."""
 
 import pytest
 
-from ansible_collections.ebpf.xdp.plugins.module_utils.host import cpus as _cpus
 from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import pktgen as _pktgen
 
 # The issue's text (samples/pktgen, pktgen_sample03_burst_single_flow.sh -t 4), one thread's Result.
@@ -91,15 +90,7 @@ def test_thread_devices():
     assert _pktgen.thread_devices("Running: \nStopped: \nResult: OK: rem_device_all\n") == []
 
 
-def test_cpu_lists():
-    assert _cpus.parse_cpu_list("0-3,6\n") == {0, 1, 2, 3, 6}
-    assert _cpus.parse_cpu_list("0\n") == {0}
-    assert _cpus.cpu_list({0, 1, 2, 3, 6, 8, 9}) == "0-3,6,8-9"
-    assert _cpus.cpu_list(set()) == ""
-    assert _cpus.list_problem([0, 2]) is None
-    assert _cpus.list_problem([]) == "cpus must list at least one CPU"
-    assert _cpus.list_problem([1, 0, 1]).startswith("cpus lists CPU 1 more than once")
-    assert _cpus.list_problem([-1, 0]) == "CPU -1 is not a CPU number"
+def test_thread_cpus_are_checked_against_the_online_ones():  # the CPU lists themselves: test_cpus.py
     _pktgen.check_cpus([0, 1], {0, 1})
     with pytest.raises(_pktgen.PktgenError, match=r"^CPU 63 is not present or not online \(online: 0-1\)"):
         _pktgen.check_cpus([0, 63], {0, 1})

@@ -91,8 +91,17 @@ options:
       - V(refuse) fails on any difference, naming each map and each difference, and changes nothing (libbpf alone would
         reuse a map whose fields moved and read its bytes through the new layout, or fail with a bare C(Invalid argument)
         for a grown value or more entries).
-      - The maps of a O(shared_maps) set are used by other attachments too, so a change to them is refused whatever this
-        option says.
+      - The maps of a O(shared_maps) set are used by the set's other attachments too, so they move with it; the upgrade
+        makes the new maps and copies the entries once, loads each other attachment's own program (its program, section
+        and constants, on its own hook) from the same object over the new maps, and swaps this attachment's program and
+        then each of theirs in turn, atomically on each hook. Until the last swap, frames on the hooks already swapped
+        are counted in the new maps and the others in the old ones; what the old maps gained since the copy is added after
+        the last swap, so every frame of every hook is counted once. The old maps are dropped only once every attachment
+        is on the new ones; a failure before puts every attachment's old program back. RV(shared_maps_moved) lists the
+        attachments moved, and their own tasks with the new object then have nothing to do. It is refused, naming the
+        attachment, when one of them ran another object than this attachment (or, with O(revision=previous), has another
+        previous revision), or is not on its hook as its record says; their interfaces are locked for the upgrade (a run
+        that holds one for 30 s fails it, changing nothing).
       - Results and check mode list each map of the program with what becomes of it (RV(map_migration)).
       - O(revision=previous) after a migrating upgrade migrates back the same way, into the previous object's layout (the
         object store keeps it). The counters carried forward are carried back by field name, fields the upgrade added
@@ -126,7 +135,8 @@ options:
         manages in that set.
       - The set is part of the program's identity; changing it reloads the program over the other set's maps.
       - O(state=absent) removes the set only when no other attachment names it and O(keep_maps) is false.
-      - The maps of programs sharing a set must have the same layout (see O(map_migration)).
+      - The maps of programs sharing a set have the same layout; an upgrade that changes it moves every attachment of
+        the set (see O(map_migration)).
       - Without it, each attachment has maps of its own.
       - 1 to 64 of letters, digits, C(_) and C(-), starting with a letter or digit (the set is a directory of bpffs, which
         refuses C(.) in a name).

@@ -366,6 +366,28 @@ map_migration:
       type: float
   sample: [{map: stats, outcome: migrated, changes: ["value field drops added (int, 8 bytes at 16)"],
             entries_copied: 1}]
+shared_maps_moved:
+  description:
+    - The other attachments of the O(shared_maps) set that moved to its new maps with this upgrade (or, in check
+      mode, would), each with its own program loaded from the same object; empty unless the upgrade changed the
+      set's layout (see O(map_migration)).
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    interface:
+      description: The attachment's interface.
+      type: str
+    hook:
+      description: Its attachment directory's name (C(xdp), C(tc_ingress), C(xdp@<name>), ...).
+      type: str
+    id_before:
+      description: The id of the program it ran before.
+      type: int
+    id:
+      description: The id of the program it runs now (not in check mode).
+      type: int
+  sample: [{interface: eth1, hook: tc_ingress, id_before: 41, id: 57}]
 pin_dir:
   description: Pin directory of this attachment (C(tc_<direction>@<name>) for a named one).
   returned: always

@@ -213,22 +213,79 @@ def test_an_unchanged_layout_keeps_the_map_and_its_counters(run, pair, objects, 
     assert stats(run, pair) == [{"key": 0, "value": {"packets": 150, "bytes": 150 * SIZE}}]
 
 
-def test_a_shared_map_set_is_neither_migrated_nor_reset_by_one_attachment(run, pair, objects):
-    args = dict(interface="eth0", netns=pair.rx, object=objects["v1"], program="xdp_count_rec",
-                shared_maps="counters")
-    attached = run("xdp_program", args)
-    assert attached["changed"] and not attached.get("failed"), attached
-    before = host(pair, attached)
-    maps_dir = attached["maps"]["stats"].rpartition("/")[0]
-    for migration in ("fields", "reset"):
-        refused = run("xdp_program", dict(args, object=objects["added"], map_migration=migration))
+def second_port(pair):
+    """a1 in the receiver's namespace, its veth peer b1 beside it: frames sent from b1 arrive on a1's hooks."""
+    sh("ip", "-n", pair.rx, "link", "add", "a1", "type", "veth", "peer", "name", "b1")
+    sh("ip", "-n", pair.rx, "link", "set", "a1", "up")
+    sh("ip", "-n", pair.rx, "link", "set", "b1", "up")
+    return json.loads(sh("ip", "-n", pair.rx, "-j", "link", "show", "a1").stdout)[0]["address"]
+
+
+def send_a1(run, pair, a1_mac, count):
+    sent = run("xdp_trafficgen", dict(interface="b1", netns=pair.rx, src_ip="10.99.0.2", dst_ip="10.99.0.1",
+                                      dst_mac=a1_mac, protocols=["udp"], count=count, size=SIZE, engine="socket"))
+    assert sent["sent"] == {"udp": count}, sent
+
+
+def test_a_shared_map_set_migrates_with_every_attachment_that_shares_it(run, pair, objects):
+    """A map set shared by eth0 and a1: eth0's upgrade to a layout with a field added moves a1 too (its own
+    program from the same object, over the same new maps), predicted in check mode, in the four-step rhythm;
+    a1's own task then has nothing to do, and the one map counts on for both."""
+    a1_mac = second_port(pair)
+    args = dict(netns=pair.rx, object=objects["v1"], program="xdp_count_rec", shared_maps="counters")
+    attached = [run("xdp_program", dict(args, interface=ifname)) for ifname in ("eth0", "a1")]
+    assert all(one["changed"] and not one.get("failed") for one in attached), attached
+    pin = attached[0]["maps"]["stats"]
+    send(run, pair, 100)
+    send_a1(run, pair, a1_mac, 30)
+    before = host(pair, attached[0]), pair.xdp_prog_id(dev="a1")
+    upgrade = dict(args, interface="eth0", object=objects["added"])
+    predicted = run("xdp_program", upgrade, check=True)
+    expected = [{"map": "stats", "outcome": "migrated", "entries_copied": 1,
+                 "changes": ["value field drops added (int, 8 bytes at 16)"]}]
+    assert predicted["map_migration"] == expected, predicted
+    assert predicted["shared_maps_moved"] == [{"interface": "a1", "hook": "xdp", "id_before": attached[1]["id"]}]
+    assert (host(pair, attached[0]), pair.xdp_prog_id(dev="a1")) == before, "check mode changes nothing"
+    first, _second = assert_rhythm(run, "xdp_program", upgrade)
+    assert untimed(first["map_migration"]) == expected, first
+    a1_now = pair.xdp_prog_id(dev="a1")
+    assert first["shared_maps_moved"] == [{"interface": "a1", "hook": "xdp", "id_before": attached[1]["id"],
+                                           "id": a1_now}] and a1_now != attached[1]["id"], first
+    assert sh("ls", "-A", pin.rpartition("/")[0]).stdout.split() == ["stats"]
+    # a1 runs the new object already: its task with it changes nothing, in check mode or not.
+    for check in (True, False):
+        same = run("xdp_program", dict(upgrade, interface="a1"), check=check)
+        assert same["changed"] is False and not same.get("failed") and same["id"] == a1_now, same
+    assert stats(run, pair) == [{"key": 0, "value": {"packets": 130, "bytes": 130 * SIZE, "drops": 0}}]
+    send_a1(run, pair, a1_mac, 20)
+    send(run, pair, 10)
+    assert read_u64s(pin)[bytes(4)] == (160, 160 * SIZE, 0)
+
+
+def test_a_shared_map_set_is_refused_when_an_attachment_cannot_move_with_it(run, pair, objects, tmp_path):
+    """a1 shares the set with a program from another object (the same maps): eth0's migrating upgrade cannot move
+    it, so it is refused naming a1, in check mode too, and nothing changes."""
+    second_port(pair)
+    args = dict(netns=pair.rx, program="xdp_count_rec", shared_maps="counters")
+    # Another program (a volatile store more) with the same maps.
+    source = tmp_path / "v1b.bpf.c"
+    source.write_text(PROGRAM.replace("REC_FIELDS", VERSIONS["v1"][0]).replace("MAP_TYPE", "BPF_MAP_TYPE_ARRAY")
+                      .replace("MAX_ENTRIES", "4").replace("KEY_TYPE index;", "KEY_TYPE index; volatile int unused = 1;"))
+    other = compile_bpf(source, tmp_path / "v1b.o")
+    attached = [run("xdp_program", dict(args, interface="eth0", object=objects["v1"])),
+                run("xdp_program", dict(args, interface="a1", object=other))]
+    assert all(one["changed"] and not one.get("failed") for one in attached), attached
+    before = host(pair, attached[0]), pair.xdp_prog_id(dev="a1")
+    for check in (True, False):
+        refused = run("xdp_program", dict(args, interface="eth0", object=objects["added"]), check=check)
         assert refused["failed"] and refused["msg"] == (
-            "%s declares its maps unlike the maps pinned in %s, and the program would read their bytes through the "
-            "new layout: map stats (%s/stats): value field drops added (int, 8 bytes at 16). Nothing was changed; "
-            "the maps of a shared map set are used by its other attachments too, so one attachment neither migrates "
-            "nor resets them; give the changed map another name, or remove the set's attachments first"
-            % (objects["added"], maps_dir, maps_dir)), refused
-        assert host(pair, attached) == before
+            "the maps of map set counters change layout, so every attachment of the set moves to the new maps with "
+            "this upgrade, each loading its own program from %s; a1's attachment xdp runs a program from %s "
+            "(sha256 %s), not from the object eth0 ran before. Nothing was changed; give every attachment of the set "
+            "the same object, or give the changed map another name"
+            % (objects["added"], other, attached[1]["revision"]["object_sha256"])), refused
+        assert "Traceback" not in json.dumps(refused)
+        assert (host(pair, attached[0]), pair.xdp_prog_id(dev="a1")) == before
 
 
 @pytest.mark.parametrize("version", ["swapped", "added", "grown"])
@@ -327,28 +384,95 @@ def test_fields_under_traffic_counts_every_frame_once(run, pair, objects, counti
     assert value == {"packets": FRAMES + 100, "bytes": (FRAMES + 100) * SIZE}, value
 
 
-def test_a_shared_map_set_under_traffic_is_refused_and_every_interface_counts_on(run, pair, objects):
-    """A map set shared by two interfaces: an upgrade of one of them with a changed layout is refused (by design,
-    one attachment neither migrates nor resets what the others count into) while frames arrive, and nothing
-    changes: both programs stay on their hooks, the shared map counts every frame once."""
-    sh("ip", "-n", pair.rx, "link", "add", "a1", "type", "veth", "peer", "name", "b1")
-    sh("ip", "-n", pair.rx, "link", "set", "a1", "up")
-    sh("ip", "-n", pair.rx, "link", "set", "b1", "up")
+def test_a_shared_map_set_under_traffic_counts_every_frame_once(run, pair, objects):
+    """A map set shared by two interfaces, each receiving frames while eth0's upgrade (fields swapped) moves both
+    to the new map: until the second swap, a1's frames go to the old map and eth0's to the new one; after it,
+    what the old map gained since the copy is added, so the one map ends with every frame of both, once."""
+    import threading  # pylint: disable=import-outside-toplevel
+
+    a1_mac = second_port(pair)
     args = dict(netns=pair.rx, object=objects["v1"], program="xdp_count_rec", shared_maps="counters")
     attached = [run("xdp_program", dict(args, interface=ifname)) for ifname in ("eth0", "a1")]
     assert all(one["changed"] and not one.get("failed") for one in attached), attached
     pin = attached[0]["maps"]["stats"]
-    assert attached[1]["maps"]["stats"] == pin, "one map for both interfaces"
     send(run, pair, 100)
-    before = [pair.xdp_prog_id(), pair.xdp_prog_id(dev="a1")]
-    refused = upgrade_under_traffic(run, pair, "xdp_program", dict(args, interface="eth0", object=objects["added"]),
-                                    refused=True)
-    assert "the maps of a shared map set are used by its other attachments too, so one attachment neither " \
-           "migrates nor resets them" in refused["msg"], refused
-    assert "Traceback" not in json.dumps(refused)
-    assert [pair.xdp_prog_id(), pair.xdp_prog_id(dev="a1")] == before
+    a1_sender = threading.Thread(target=send_a1, args=(run, pair, a1_mac, FRAMES))
+    a1_sender.start()
+    try:
+        upgraded = upgrade_under_traffic(run, pair, "xdp_program", dict(args, interface="eth0",
+                                                                        object=objects["swapped"]))
+    finally:
+        a1_sender.join()
+    assert upgraded["shared_maps_moved"][0]["interface"] == "a1", upgraded
+    assert pair.xdp_prog_id(dev="a1") == upgraded["shared_maps_moved"][0]["id"] != attached[1]["id"]
     assert sh("ls", "-A", pin.rpartition("/")[0]).stdout.split() == ["stats"]
-    assert read_u64s(pin)[bytes(4)] == (FRAMES + 100, (FRAMES + 100) * SIZE)
+    # swapped: bytes first now; 100 frames before, FRAMES on each interface during.
+    assert read_u64s(pin)[bytes(4)] == ((2 * FRAMES + 100) * SIZE, 2 * FRAMES + 100)
+
+
+@pytest.mark.parametrize("point", ["after_load", "after_swap", "after_set_swap", "before_retire"])
+def test_a_shared_map_set_upgrade_failing_at_each_step_puts_every_attachment_back(run, pair, objects, point):
+    """A failure at each step of a map set's migration (after eth0's swap, a1 is still on the old map; after
+    a1's, both are on the new one) puts both old programs back on their hooks and the old map under its name
+    with its counters; the next run migrates both."""
+    from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge  # pylint: disable=import-outside-toplevel
+
+    a1_mac = second_port(pair)
+    args = dict(netns=pair.rx, object=objects["v1"], program="xdp_count_rec", shared_maps="counters")
+    attached = [run("xdp_program", dict(args, interface=ifname)) for ifname in ("eth0", "a1")]
+    pin = attached[0]["maps"]["stats"]
+    send(run, pair, 100)
+    before = host(pair, attached[0]), pair.xdp_prog_id(dev="a1"), attachment_pins(attached[0]), \
+        attachment_pins(attached[1])
+    upgrade = dict(args, interface="eth0", object=objects["swapped"])
+    stopped = run("xdp_program", upgrade, env={_converge.FAULT_POINT_ENV: "raise:" + point})
+    assert stopped.get("failed") and not stopped.get("changed"), stopped
+    undone = "" if point == "after_load" else (
+        "; the upgrade was undone: the old program (id %d) is back on the XDP hook of eth0 with its maps as they "
+        "were, and so are the map set's other attachments (a1's XDP program id %d)"
+        % (attached[0]["id"], attached[1]["id"]))
+    assert stopped["msg"] == "fault injected at %s%s" % (point, undone), stopped
+    assert (host(pair, attached[0]), pair.xdp_prog_id(dev="a1"), attachment_pins(attached[0]),
+            attachment_pins(attached[1])) == before
+    send_a1(run, pair, a1_mac, 20)
+    upgraded = run("xdp_program", upgrade)
+    assert upgraded["changed"] and not upgraded.get("failed") and upgraded["shared_maps_moved"], upgraded
+    assert read_u64s(pin)[bytes(4)] == (120 * SIZE, 120)
+
+
+@pytest.mark.parametrize("point", ["after_load", "after_swap", "after_set_swap", "before_retire"])
+@pytest.mark.parametrize("kind", ["xdp", "cls_bpf"])
+def test_a_shared_map_set_upgrade_killed_at_each_step_converges_with_every_counter(run, pair, objects, tc_objects,
+                                                                                    kind, point):
+    """Killed (SIGKILL: no undo) at each step of a map set's migration, after eth0's swap with a1 still on the old
+    map too (an XDP link updated, or a cls_bpf filter replaced, whose program is then known as ours by the set's
+    maps it uses): the re-run of eth0's task and then a1's converge, both on the new program over one map with
+    every frame counted once, and the runs after change nothing."""
+    from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge  # pylint: disable=import-outside-toplevel
+
+    a1_mac = second_port(pair)
+    module, versions = ("xdp_program", objects) if kind == "xdp" else ("tc_program", tc_objects)
+    args = dict(netns=pair.rx, program="%s_count_rec" % ("xdp" if kind == "xdp" else "tc"), shared_maps="counters")
+    if kind != "xdp":
+        args["method"] = kind
+    attached = [run(module, dict(args, interface=ifname, object=versions["v1"])) for ifname in ("eth0", "a1")]
+    assert all(one["changed"] and not one.get("failed") for one in attached), attached
+    pin = attached[0]["maps"]["stats"]
+    send(run, pair, 100)
+    send_a1(run, pair, a1_mac, 20)
+    stopped = run(module, dict(args, interface="eth0", object=versions["swapped"]),
+                  env={_converge.FAULT_POINT_ENV: point})
+    assert stopped.get("killed"), stopped
+    for ifname in ("eth0", "a1", "eth0", "a1"):
+        converged = run(module, dict(args, interface=ifname, object=versions["swapped"]))
+        assert not converged.get("failed") and converged["maps"]["stats"] == pin, converged
+    assert converged["changed"] is False
+    assert sh("ls", "-A", pin.rpartition("/")[0]).stdout.split() == ["stats"], "nothing set aside is left"
+    # swapped: bytes first now.
+    assert read_u64s(pin)[bytes(4)] == (120 * SIZE, 120)
+    send_a1(run, pair, a1_mac, 10)
+    send(run, pair, 10)
+    assert read_u64s(pin)[bytes(4)] == (140 * SIZE, 140)
 
 
 def read_u64s(pin):
@@ -391,6 +515,33 @@ def test_tc_fields_under_traffic_counts_every_frame_once(run, pair, tc_objects, 
     assert upgraded["maps"]["stats"] == pin
     # swapped: bytes first now.
     assert read_u64s(pin)[bytes(4)] == ((FRAMES + 100) * SIZE, FRAMES + 100)
+
+
+@pytest.mark.parametrize("method", [needs("tcx", "tcx"), "cls_bpf"])
+def test_a_shared_tc_map_set_under_traffic_counts_every_frame_once(run, pair, tc_objects, method):
+    """The same at tc ingress of two interfaces sharing a map set, held by tcx links (each updated in turn) or
+    cls_bpf filters (each replaced in place): both move, every frame of both counted once."""
+    import threading  # pylint: disable=import-outside-toplevel
+
+    a1_mac = second_port(pair)
+    args = dict(netns=pair.rx, program="tc_count_rec", method=method, shared_maps="counters")
+    attached = [run("tc_program", dict(args, interface=ifname, object=tc_objects["v1"])) for ifname in ("eth0", "a1")]
+    assert all(one["changed"] and not one.get("failed") and one["method"] == method for one in attached), attached
+    pin = attached[0]["maps"]["stats"]
+    send(run, pair, 100)
+    a1_sender = threading.Thread(target=send_a1, args=(run, pair, a1_mac, FRAMES))
+    a1_sender.start()
+    try:
+        upgraded = upgrade_under_traffic(run, pair, "tc_program", dict(args, interface="eth0",
+                                                                       object=tc_objects["swapped"]))
+    finally:
+        a1_sender.join()
+    assert [(m["interface"], m["hook"]) for m in upgraded["shared_maps_moved"]] == [("a1", "tc_ingress")], upgraded
+    assert upgraded["method"] == method and upgraded["maps"]["stats"] == pin, upgraded
+    same = run("tc_program", dict(args, interface="a1", object=tc_objects["swapped"]))
+    assert same["changed"] is False and same["id"] == upgraded["shared_maps_moved"][0]["id"], same
+    # swapped: bytes first now.
+    assert read_u64s(pin)[bytes(4)] == ((2 * FRAMES + 100) * SIZE, 2 * FRAMES + 100)
 
 
 FLOWS = 5000

@@ -50,6 +50,7 @@ import glob
 import json
 import os
 import shutil
+import time
 from typing import Iterator
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import files as _files, names as _names, session as _session
@@ -362,20 +363,22 @@ class PinDir:
     def open_link(self) -> _bpf.Link:
         return _bpf.Link.from_pin(self.link_path)
 
-    def holds(self, prog_id: int, map_ids: list[int]) -> bool:
+    def holds(self, prog_id: int, map_ids: list[int], map_set: str | None = None) -> bool:
         """Whether the pins here prove the program ours, record or not: our pinned link holds it, or it uses a
-        map pinned in our own maps/ (only a load through these pins shares them)."""
+        map pinned in our own maps/, or in map_set, the directory of the map set our record names (only a load
+        through these pins shares them: a map set's migration stopped after its swap)."""
         if not self.exists():
             return False
         if self.has_link():
             with self.open_link() as link:
                 if link.info()["prog_id"] == prog_id:
                     return True
-        if os.path.isdir(self.maps_dir):
-            for name in os.listdir(self.maps_dir):
-                with _bpf.Map.from_pin(os.path.join(self.maps_dir, name)) as pinned:
-                    if pinned.info["id"] in map_ids:
-                        return True
+        for maps_dir in (self.maps_dir, map_set):
+            if maps_dir and os.path.isdir(maps_dir):
+                for name in os.listdir(maps_dir):
+                    with _bpf.Map.from_pin(os.path.join(maps_dir, name)) as pinned:
+                        if pinned.info["id"] in map_ids:
+                            return True
         return False
 
     def make(self, maps: bool = True) -> list[str]:
@@ -457,13 +460,27 @@ def prune_empty(path: str, stop: str) -> None:
 
 
 @contextlib.contextmanager
-def lock(netns_key: str, name: str) -> Iterator[None]:
-    """Serialise changes to one thing (an interface, a group) across concurrent module runs."""
+def lock(netns_key: str, name: str, timeout: float | None = None) -> Iterator[None]:
+    """Serialise changes to one thing (an interface, a group) across concurrent module runs; with timeout, a
+    PinError after that many seconds instead of waiting on (a run that holds other locks and must not wait for
+    ever on one more: a map set's migration locking its other attachments' interfaces)."""
     path = _names.join_under(LOCK_DIR, netns_key, name + ".lock")
     # Root's only, like the pins: whoever can open a lock can hold it and stall every run; and never opened
     # through a link (O_NOFOLLOW, in a directory checked to be root's alone: host/files).
     with os.fdopen(_files.open_lock(path), "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        if timeout is None:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        else:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise PinError("another run has held %s for %.0f s; nothing was changed, run again once it "
+                                       "is over" % (name, timeout)) from None
+                    time.sleep(0.05)
         # What the session read before the lock stands (see host/session: read once per task, forgotten
         # per hook when written).
         try:

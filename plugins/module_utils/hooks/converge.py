@@ -195,6 +195,44 @@ class Desired:
                 "shared_maps": self.shared_maps}
 
 
+# The options an attachment's entry (its adapter's entry_of) leaves out, as the argument specs default them: what a
+# map set's migration builds the hook of each other attachment of the set with (tests/unit asserts they agree).
+MATE_DEFAULTS = {"mode": "auto", "name": None, "priority": None, "chain_call_actions": None, "direction": "ingress",
+                 "method": "auto", "handle": None, "verdict": "drop", "before": None, "after": None}
+
+# Seconds a map set's migration waits for each other attachment's interface lock (it holds the set's already).
+MATE_LOCK_SECONDS = 30.0
+
+
+@dataclasses.dataclass
+class SetMate:
+    """Another attachment of a map set whose layout an upgrade changes: it moves to the new maps with the set, its
+    own program (its record's program, section and constants, on its own hook) loaded from the upgrade's object."""
+
+    hook: HookAdapter
+    observed: Observed
+    desired: Desired
+    identity: dict
+    action: str
+    loaded: _loader.Loaded | None = None
+    record: dict | None = None
+    way_back: WayBack | None = None
+    # The program on the hook when the hook loaded a copy of its own (libxdp's dispatcher), until it is pinned.
+    on_hook: _bpf.Program | None = None
+
+    def close(self) -> None:
+        for held in (self.way_back, self.on_hook):
+            if held is not None:
+                held.close()
+        self.on_hook = None
+
+    def report(self) -> dict:
+        out = {"interface": self.hook.ifname, "hook": self.hook.name, "id_before": self.observed.prog_id}
+        if self.record is not None:
+            out["id"] = self.record["prog_id"]
+        return out
+
+
 # ---------------------------------------------------------------- decisions
 
 
@@ -437,6 +475,8 @@ class Converger:
         self.released_sets: list[str] = []
         # Each map of the program loaded (or that would be) against its pin, for the result (see _migration).
         self.map_reviews: list[_migration.Review] = []
+        # The other attachments of a map set this upgrade migrates (see SetMate, _set_mates).
+        self.mates: list[SetMate] = []
 
     def maps_dir(self, shared_maps: str | None) -> str:
         """Where the maps are pinned: the attachment's maps/, or the shared map set it names."""
@@ -482,14 +522,17 @@ class Converger:
         """Our program without a record describing it, left by a run killed between the attach and the record.
 
         It is ours when the link pinned in our directory holds it, or when it
-        uses a map pinned in the attachment's own maps/ (only a load through
-        these pins shares them). It is then taken as ours with what the record
+        uses a map pinned in the attachment's own maps/ or in the map set its
+        record names (only a load through these pins shares them). It is then taken as ours with what the record
         knew (a tag that cannot match), so the next change goes through the
         atomic path as for any program of ours, instead of being refused as foreign.
         """
-        if not observed.attached or observed.owned or not self.pins.holds(observed.prog_id, observed.map_ids):
+        if not observed.attached or observed.owned:
             return observed
         record = self.pins.record.read() or {}
+        map_set = self.maps_dir(record["shared_maps"]) if record.get("shared_maps") else None
+        if not self.pins.holds(observed.prog_id, observed.map_ids, map_set):
+            return observed
         self.warnings.append("%s %s program id %d is ours but its record was not written (an interrupted run); "
                              "taken back" % (self.hook.ifname, self.hook.label, observed.prog_id))
         record = dict(record, **_record.stored(prog_id=observed.prog_id, holder=observed.holder,
@@ -512,6 +555,7 @@ class Converger:
         result["attached"] = after.get("attached", False)
         result["maps"] = after.get("maps", {})
         result["map_migration"] = [review.report() for review in self.map_reviews]
+        result["shared_maps_moved"] = [mate.report() for mate in self.mates]
         if changed and self.map_reviews:
             # --diff shows what becomes of each pinned map next to the program that replaces the old one.
             result["diff"]["after"] = dict(after, map_migration=result["map_migration"])
@@ -624,11 +668,12 @@ class Converger:
         owner = self.pins.record.path if self.desired.object_store else None
         return _revisions.Keeper(self.desired.object_store, owner)
 
-    def _load(self, identity: dict, maps_dir: str | None = None) -> _loader.Loaded:
-        d = self.desired
+    def _load(self, identity: dict, maps_dir: str | None = None, mate: SetMate | None = None) -> _loader.Loaded:
+        """The task's program, or a map set mate's own from the same object (the bytes read once)."""
+        d, hook = (mate.desired, mate.hook) if mate else (self.desired, self.hook)
         verified = {} if self.object_data is None else {"data": self.object_data}
-        return self.load(d.path, d.program, self.hook.prog_type, identity["resolved_constants"], maps_dir=maps_dir,
-                         load_as=self.hook.load_as, section=d.section, **verified)
+        return self.load(self.desired.path, d.program, hook.prog_type, identity["resolved_constants"],
+                         maps_dir=maps_dir, load_as=hook.load_as, section=d.section, **verified)
 
     def _recover_maps(self, observed: Observed) -> None:
         """Maps a migrating upgrade killed midway left set aside: back under their names, or dropped, by the maps
@@ -655,22 +700,83 @@ class Converger:
         maps_dir = self.maps_dir(self.desired.shared_maps)
         if self.desired.backend == "bcc" or not os.path.isdir(maps_dir) or not os.listdir(maps_dir):
             return _migration.Reset([])
-        policy = self.desired.map_migration
-        # One attachment cannot start the maps of a set other attachments use empty under them.
-        self.map_reviews = _migration.review(self.desired.path, maps_dir,
-                                             _migration.REFUSE if self.desired.shared_maps else policy,
+        self.map_reviews = _migration.review(self.desired.path, maps_dir, self.desired.map_migration,
                                              self.object_data, self.desired.map_rename)
-        message = _migration.refusal(self.desired.path, maps_dir, self.map_reviews,
-                                     shared=bool(self.desired.shared_maps) and policy != _migration.REFUSE)
+        message = _migration.refusal(self.desired.path, maps_dir, self.map_reviews)
         if message:
             raise _migration.MigrationError(message)
         return _migration.Reset(self.map_reviews)
 
+    def _set_mates(self, identity: dict, locks: contextlib.ExitStack | None) -> list[SetMate]:
+        """The other attachments of the map set whose layout this upgrade changes: each moves to the new maps with
+        it, its own program loaded from the same object (a rollback: each puts back its previous revision, which
+        must be that object). Refused, before anything changes, when one cannot: another object, not on its hook
+        as its record says, or a hook it cannot be swapped on atomically. With locks, each one's interface is
+        locked first (the set's lock is held already)."""
+        shared, digest = self.desired.shared_maps, identity["object_sha256"]
+        # The object this attachment's program came from: the set's attachments that ran it move with it.
+        old_digest = (self.pins.record.read() or {}).get("object_sha256")
+        mates = []
+        for directory in _pins.shared_maps_users(self.pins.pin_root, self.netns_key, shared):
+            if directory == self.pins.directory:
+                continue
+            ifname, hook_dir = os.path.basename(os.path.dirname(directory)), os.path.basename(directory)
+            kind = _pins.hook_kind(hook_dir)
+            where = "%s's attachment %s" % (ifname, hook_dir)
+
+            def refuse(why: str) -> HookError:
+                return HookError(
+                    "the maps of map set %s change layout, so every attachment of the set moves to the new maps with "
+                    "this upgrade, each loading its own program from %s; %s %s. Nothing was changed; give every "
+                    "attachment of the set the same object, or give the changed map another name"
+                    % (shared, self.desired.object, where, why))
+            if kind not in ADAPTERS:
+                raise refuse("is of a kind of hook this run does not manage")
+            if locks is not None:
+                locks.enter_context(_pins.lock(self.netns_key, ifname, timeout=MATE_LOCK_SECONDS))
+            record = _pins.Record(os.path.join(directory, "owner")).read()
+            if not record or record.get("shared_maps") != shared:
+                continue  # it left the set meanwhile
+            params = dict(MATE_DEFAULTS, **ADAPTERS[kind].entry_of(record, None, ifname, hook_dir),
+                          pin_root=self.pins.pin_root, state="present", object_store=self.desired.object_store,
+                          map_migration=self.desired.map_migration)
+            if self.desired.rollback:
+                params = _revisions.rollback_params(dict(params, revision=_revisions.PREVIOUS), record, where,
+                                                    ADAPTERS[kind].rollback_options)
+                if os.path.basename(params["object_source"]) != digest + ".o" \
+                        or params.get("shared_maps") != shared:
+                    raise refuse("has another previous revision (%s, sha256 %s)" % (
+                        params.get("object"), os.path.basename(params["object_source"])[:-len(".o")]))
+            else:
+                if not old_digest or record.get("object_sha256") != old_digest:
+                    raise refuse("runs a program from %s (sha256 %s), not from the object %s ran before" % (
+                        params.get("object"), record.get("object_sha256"), self.hook.ifname))
+                params["object"] = self.desired.object
+            try:
+                ifindex = _netns.ifindex(ifname)
+            except _netns.NotFoundError:
+                raise refuse("is on an interface that no longer exists") from None
+            hook = ADAPTERS[kind].from_params(params, ifindex, self.netns_key)
+            observed = hook.observe()
+            if not observed.owned or not hook.settled(observed):
+                raise refuse("does not hold the program its record names (run its task first)")
+            action = plan_swap(observed, True, False)
+            if action not in (UPDATE_LINK, REPLACE):
+                raise refuse("holds its program so that it cannot be swapped atomically (%s)" % observed.holder)
+            desired = Desired.from_params(params)
+            mate_identity = dict(desired.identity(digest, _loader.resolve_constants(desired.constants)),
+                                 **hook.identity())
+            mates.append(SetMate(hook, observed, desired, mate_identity, action))
+        return mates
+
     def _preview(self, observed: Observed, identity: dict, before: dict) -> tuple[bool, dict]:
         """Check mode: load without pins to learn the tag and surface verifier errors."""
-        self._review_maps()
+        reset = self._review_maps()
+        if reset.moved and self.desired.shared_maps:
+            self.mates = self._set_mates(identity, None)
         with self._load(identity) as loaded:
             if self._same_program(observed, loaded):
+                self.mates = []
                 return False, before
             self.hook.predict_refusal()
             return True, {"attached": True, "name": loaded.info["name"], "tag": loaded.info["tag"],
@@ -681,8 +787,25 @@ class Converger:
 
     def _apply(self, observed: Observed, identity: dict, before: dict) -> tuple[bool, dict]:
         self.before_change()
-        shared = self.desired.shared_maps
         reset = self._review_maps()
+        with contextlib.ExitStack() as mate_locks:
+            if reset.moved and self.desired.shared_maps:
+                self.mates = self._set_mates(identity, mate_locks)
+            return self._apply_reviewed(observed, identity, before, reset)
+
+    def _mate_record(self, mate: SetMate) -> dict:
+        """A set mate's record for its program loaded from the upgrade's object, as the task's own is made (its
+        placement once it is swapped)."""
+        loaded = mate.loaded
+        record = dict(mate.identity, program_name=loaded.name, tag=loaded.info["tag"], prog_id=loaded.info["id"],
+                      data_sha256=loaded.data_sha256, prog_pin=mate.hook.pins.prog_path, maps=loaded.maps)
+        record.update(_revisions.advance(mate.observed.record, mate.identity, self.desired.rollback))
+        _pins.Record.encode(dict(record, **WIDEST_PLACEMENT, **mate.hook.widest_record))
+        return record
+
+    def _apply_reviewed(self, observed: Observed, identity: dict, before: dict,
+                        reset: _migration.Reset) -> tuple[bool, dict]:
+        shared = self.desired.shared_maps
         created = self.pins.make(maps=not shared)
         if shared:
             created = _pins.make_dirs(self.maps_dir(shared)) + created
@@ -691,8 +814,11 @@ class Converger:
         try:
             reset.set_aside()
             fault_point("maps_set_aside")
-            # The load makes the new maps (libbpf creates and pins them before it loads the program).
-            with self._load(identity, self.maps_dir(shared)) as loaded:
+            # The load makes the new maps (libbpf creates and pins them before it loads the program); a map set's
+            # other attachments load their programs over them.
+            with self._load(identity, self.maps_dir(shared)) as loaded, contextlib.ExitStack() as mates_loaded:
+                for mate in self.mates:
+                    mate.loaded = mates_loaded.enter_context(self._load(mate.identity, self.maps_dir(shared), mate))
                 fault_point("after_load")
                 # A migrated map's entries into the new map the load created.
                 reset.copy(during=lambda: fault_point("during_copy"))
@@ -714,18 +840,37 @@ class Converger:
                 record.update(_revisions.advance(old, identity, self.desired.rollback))
                 widest = dict(WIDEST_PLACEMENT, **self.hook.widest_record)
                 _pins.Record.encode(dict(record, **widest))  # fail before the swap if it cannot fit
+                for mate in self.mates:
+                    mate.record = self._mate_record(mate)
                 self._objects().keep(self.desired.path, record, self.object_data)  # a rollback finds it by digest
+                for mate in self.mates:
+                    self._mate_objects(mate).keep(self.desired.path, mate.record, self.object_data)
                 self.hook.prepare(loaded)
+                for mate in self.mates:
+                    mate.hook.prepare(mate.loaded)
                 if reset.moved:
-                    # Until the old maps are retired, a migrating upgrade can go back: keep the old program.
+                    # Until the old maps are retired, a migrating upgrade can go back: keep the old programs.
                     way_back = WayBack(self.hook, observed, old, record)
+                    for mate in self.mates:
+                        mate.way_back = WayBack(mate.hook, mate.observed, mate.observed.record, mate.record)
                 attachment = self._swap(action, observed, loaded.program)
                 attached = True
                 if way_back:
                     way_back.swapped(action, attachment, loaded)
                 fault_point("after_swap")
+                # A map set's other attachments, one after the other: until the last, frames on some hooks are
+                # counted in the new maps and on the others in the old ones, which the top-up below adds.
+                for mate in self.mates:
+                    moved = mate.hook.update_link(mate.observed, mate.loaded.program) if mate.action == UPDATE_LINK \
+                        else mate.hook.replace(mate.observed, mate.loaded.program)
+                    mate.way_back.swapped(mate.action, moved, mate.loaded)
+                    mate.record.update(moved.as_record())
+                    if moved.program is not None:  # the hook's own copy is the program on the hook
+                        mate.on_hook = moved.program
+                        mate.record["prog_id"] = moved.program.info()["id"]
+                    fault_point("after_set_swap")
                 try:
-                    reset.add_gained()  # the old program no longer counts into the maps set aside
+                    reset.add_gained()  # no old program counts into the maps set aside any more
                 except (_migration.MigrationError, _bpf.BpfError) as exc:
                     raise _migration.MigrationError(
                         "what the old maps counted between the copy and the swap could not be added to the new "
@@ -742,25 +887,42 @@ class Converger:
                 record.update(attachment.as_record())
                 fault_point("before_record")
                 self.pins.record.write(record)
+                for mate in self.mates:
+                    self._pin_mate(mate)
                 fault_point("before_retire")
-                # The point of no return of a migrating upgrade: the old maps, off the hook with the old program,
+                # The point of no return of a migrating upgrade: the old maps, off the hooks with the old programs,
                 # are dropped.
                 reset.commit()
         except Exception as exc:
             # Once the new program is on the hook, what this run pinned (its link, its maps) is the proof that
             # it is ours: the next run takes it back (adopt) instead of refusing it as another tool's. Only a
-            # failure before the attach removes what the run made, and a migrating upgrade goes back whole.
+            # failure before the attach removes what the run made, and a migrating upgrade goes back whole, a map
+            # set's other attachments first.
             if way_back is not None and attached:
                 try:
-                    self._go_back(way_back, reset)
+                    for mate in reversed(self.mates):
+                        if mate.way_back.action is not None:
+                            self._put_back(mate.hook, mate.way_back)
+                        self._mate_objects(mate).release(mate.record, mate.observed.record)
+                    self._put_back(self.hook, way_back)
+                    reset.undo()
                 except Exception as again:
                     raise HookError("%s; putting the old program (id %d) and its maps back failed too: %s"
                                     % (exc, observed.prog_id, again)) from exc
                 self._objects().release(record, old)
+                words = way_back.words(self.hook)
+                if self.mates:
+                    words += ", and so are the map set's other attachments (%s)" % ", ".join(
+                        "%s's %s program id %d" % (m.hook.ifname, m.hook.label, m.observed.prog_id) for m in self.mates)
+                self.mates = []
                 if isinstance(exc, (EbpfXdpError, OSError)):
-                    raise HookError("%s; the upgrade was undone: %s" % (exc, way_back.words(self.hook))) from exc
+                    raise HookError("%s; the upgrade was undone: %s" % (exc, words)) from exc
                 raise
             if not attached:
+                for mate in self.mates:
+                    if mate.record is not None:
+                        self._mate_objects(mate).release(mate.record, mate.observed.record)
+                self.mates = []
                 reset.undo()
                 if shared and self.maps_dir(shared) in created:
                     shutil.rmtree(self.maps_dir(shared))  # a new set: only this run's maps are in it
@@ -769,7 +931,11 @@ class Converger:
         finally:
             if way_back is not None:
                 way_back.close()
+            for mate in self.mates:
+                mate.close()
         self._objects().release(old, record)
+        for mate in self.mates:
+            self._mate_objects(mate).release(mate.observed.record, mate.record)
         if observed.owned:
             self.release_maps(observed.record, shared)
         after = Observed(prog_id=record["prog_id"], name=loaded.info["name"], tag=record["tag"],
@@ -777,33 +943,46 @@ class Converger:
                          record=record, extra=attachment.extra, placement_key=self.hook.placement_key)
         return True, self.state(after)
 
-    def _go_back(self, way_back: WayBack, reset: _migration.Reset) -> None:
+    def _mate_objects(self, mate: SetMate) -> _revisions.Keeper:
+        return _revisions.Keeper(self.desired.object_store, mate.hook.pins.record.path)
+
+    def _pin_mate(self, mate: SetMate) -> None:
+        """A set mate's new program pinned and recorded, once every attachment of the set is on the new maps."""
+        pins = mate.hook.pins
+        pins.replace_pin(mate.on_hook or mate.loaded.program, pins.prog_path)
+        pins.record.write(mate.record)
+
+    def _put_back(self, hook: HookAdapter, way_back: WayBack) -> None:
         """A migrating upgrade that failed after its swap, before its point of no return: the old program back in
-        the new one's place (atomically where the swap was: the link updated back, the netlink program or filter
-        replaced back; otherwise detached and restored, as a failed reattach), its pin and the record as they
-        were, and the old maps under their names (the new ones dropped, with what the new program counted in
-        its moments on the hook)."""
+        the new one's place on hook (atomically where the swap was: the link updated back, the netlink program or
+        filter replaced back; otherwise detached and restored, as a failed reattach), its pin and the record as
+        they were. The caller then puts the old maps back under their names (the new ones dropped, with what the
+        new programs counted in their moments on the hooks)."""
         attachment = way_back.attachment
         on_hook = Observed(prog_id=way_back.new_id, placement=attachment.placement, holder=attachment.holder,
                            link_id=attachment.link_id, record=way_back.record_after, extra=dict(attachment.extra),
-                           placement_key=self.hook.placement_key)
+                           placement_key=hook.placement_key)
+        pins = hook.pins
         if way_back.old_prog is None:
-            self.hook.detach(on_hook)  # nothing was on the hook before
-            self.hook.cleanup()
-        elif way_back.action in (UPDATE_LINK, REPLACE):
-            self._swap(plan_swap(on_hook, True, False), on_hook, way_back.old_prog)
+            hook.detach(on_hook)  # nothing was on the hook before
+            hook.cleanup()
+        elif way_back.action == UPDATE_LINK:
+            hook.update_link(on_hook, way_back.old_prog)
+        elif way_back.action == REPLACE:
+            back = hook.replace(on_hook, way_back.old_prog)
+            if back.program is not None:
+                back.program.close()
         else:
-            self.hook.detach(on_hook)
-            self.hook.restore(way_back.observed, way_back.old_prog)
+            hook.detach(on_hook)
+            hook.restore(way_back.observed, way_back.old_prog)
         if way_back.old_pin is not None:
-            self.pins.replace_pin(way_back.old_pin, self.pins.prog_path)
-        elif os.path.exists(self.pins.prog_path):
-            os.unlink(self.pins.prog_path)
-        reset.undo()
+            pins.replace_pin(way_back.old_pin, pins.prog_path)
+        elif os.path.exists(pins.prog_path):
+            os.unlink(pins.prog_path)
         if way_back.record_before is not None:
-            self.pins.record.write(way_back.record_before)
-        elif self.pins.record.exists():
-            os.unlink(self.pins.record.path)
+            pins.record.write(way_back.record_before)
+        elif pins.record.exists():
+            os.unlink(pins.record.path)
 
     def _swap(self, action: str, observed: Observed, prog: _bpf.Program) -> Attachment:
         """Put prog on the hook in place of what was observed, as plan_swap decided."""

@@ -26,6 +26,10 @@ and value field by field (name, offset, size, kind, signedness, through
   carried) before the swap; after the swap, what the old map's counters gained
   since the copy is added (`Copy.add_gained`).
 
+A map set shared by several attachments is migrated once, by the upgrade of one of them, which swaps the
+others onto the new maps before `add_gained` (hooks/converge's SetMate): what the old maps gained until the last
+swap is added then.
+
 The commit (the old pins dropped) is the upgrade's last step, its point of
 no return: a failure before it, after the swap too, puts the old program
 back and then the old pins (`undo`). A run killed between setting a pin
@@ -257,18 +261,15 @@ def review(path: str, maps_dir: str, policy: str, data: bytes | None = None,
     return reviews
 
 
-def refusal(object_path: str, maps_dir: str, reviews: list[Review], shared: bool = False) -> str | None:
+def refusal(object_path: str, maps_dir: str, reviews: list[Review]) -> str | None:
     """The message that refuses an upgrade, naming each map and each difference; None when nothing is refused."""
     refused = [r for r in reviews if r.outcome == REFUSED]
     if not refused:
         return None
     maps = "; ".join("map %s (%s): %s" % (r.name, r.path, ", ".join(r.changes)) for r in refused)
-    way_out = ("the maps of a shared map set are used by its other attachments too, so one attachment neither "
-               "migrates nor resets them; give the changed map another name, or remove the set's attachments first"
-               if shared else "map_migration: fields carries the entries over by field name, reset starts %s empty"
-               % ("the maps" if len(refused) > 1 else "the map"))
     return ("%s declares its maps unlike the maps pinned in %s, and the program would read their bytes through "
-            "the new layout: %s. Nothing was changed; %s" % (object_path, maps_dir, maps, way_out))
+            "the new layout: %s. Nothing was changed; map_migration: fields carries the entries over by field name, "
+            "reset starts %s empty" % (object_path, maps_dir, maps, "the maps" if len(refused) > 1 else "the map"))
 
 
 class Reset:

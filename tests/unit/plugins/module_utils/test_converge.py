@@ -393,3 +393,15 @@ def test_a_failed_restore_says_the_hook_is_empty(obj):
     hook.observed = Observed(prog_id=10, placement="generic", holder=HELD_BY_LINK, link_id=3, record={})
     with pytest.raises(HookError, match="putting the old program .id 10. back failed too, so eth0 has none now"):
         converge(hook, obj)
+
+
+def test_a_set_mates_hook_is_built_with_the_argument_specs_defaults():
+    """A map set's migration builds each other attachment's hook from its record's entry and MATE_DEFAULTS for what
+    the entry leaves out: the argument specs' own defaults, so the hook is the one its task would build."""
+    from ansible_collections.ebpf.xdp.plugins.module_utils import _argspecs  # pylint: disable=import-outside-toplevel
+
+    specs = dict(_argspecs.XDP_PROGRAM_OPTIONS)
+    for name, option in _argspecs.TC_PROGRAM_OPTIONS.items():
+        assert name not in specs or specs[name].get("default") == option.get("default"), name
+        specs[name] = option
+    assert _converge.MATE_DEFAULTS == {name: option.get("default") for name, option in specs.items()}

@@ -442,8 +442,8 @@ def test_a_shared_map_set_upgrade_failing_at_each_step_puts_every_attachment_bac
 
 @pytest.mark.parametrize("point", ["after_load", "after_swap", "after_set_swap", "before_retire"])
 @pytest.mark.parametrize("kind", ["xdp", "cls_bpf"])
-def test_a_shared_map_set_upgrade_killed_at_each_step_converges_with_every_counter(run, pair, objects, tc_objects,
-                                                                                    kind, point):
+def test_a_shared_map_set_upgrade_killed_at_each_step_converges_with_every_counter(
+        run, pair, objects, tc_objects, kind, point):
     """Killed (SIGKILL: no undo) at each step of a map set's migration, after eth0's swap with a1 still on the old
     map too (an XDP link updated, or a cls_bpf filter replaced, whose program is then known as ours by the set's
     maps it uses): the re-run of eth0's task and then a1's converge, both on the new program over one map with

@@ -98,7 +98,7 @@ class FakePins:
     def exists(self):
         return self.made
 
-    def holds(self, prog_id, map_ids):
+    def holds(self, prog_id, map_ids, map_set=None):  # pylint: disable=unused-argument
         return self.made and prog_id in self.held
 
     def make(self, maps=True):

@@ -713,6 +713,9 @@ class Converger:
         must be that object). Refused, before anything changes, when one cannot: another object, not on its hook
         as its record says, or a hook it cannot be swapped on atomically. With locks, each one's interface is
         locked first (the set's lock is held already)."""
+        # Every kind of hook registered (a program module imports its own adapter only): a mate may be another kind.
+        # pylint: disable-next=import-outside-toplevel,unused-import,cyclic-import
+        from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import adapters  # noqa: F401
         shared, digest = self.desired.shared_maps, identity["object_sha256"]
         # The object this attachment's program came from: the set's attachments that ran it move with it.
         old_digest = (self.pins.record.read() or {}).get("object_sha256")

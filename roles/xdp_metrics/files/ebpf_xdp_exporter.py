@@ -718,6 +718,11 @@ def _web():
         sys.modules[name] = module
         try:
             spec.loader.exec_module(module)
+        except OSError as exc:
+            # Removed under a running role (a clean-up of the install directory), or never installed.
+            del sys.modules[name]
+            raise ConfigError("the exporter's web server %s cannot be read: %s (the role installs it next to "
+                              "the exporter: run it again)" % (WEB_MODULE, exc.strerror or exc)) from None
         except BaseException:
             del sys.modules[name]
             raise

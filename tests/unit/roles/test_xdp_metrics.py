@@ -459,3 +459,18 @@ def test_maps_of_counters_stay_counters_and_other_tools_maps_need_unmanaged():
     foreign["interfaces"]["eth0"]["xdp"]["owner"] = "unmanaged"
     assert not _samples(foreign)["ebpf_xdp_map_value"]
     assert _samples(foreign, ALL_PROGRAMS)["ebpf_xdp_map_value"]
+
+
+def test_a_web_server_file_that_is_missing_is_a_clear_error_not_a_traceback(tmp_path, monkeypatch, capsys):
+    """Its install directory cleaned up under a running role (two benchmark runs at once did that, before the
+    benchmark took its hosts one run at a time), or never installed: --check says which file and what to do."""
+    missing = str(tmp_path / "ebpf_xdp_web.py")
+    monkeypatch.setattr(exporter, "WEB_MODULE", missing)
+    monkeypatch.delitem(sys.modules, "ebpf_xdp_web", raising=False)
+    monkeypatch.setattr(exporter, "check_environment", lambda config: None)  # bpffs, module_utils: not the point
+    config = tmp_path / "exporter.json"
+    config.write_text(json.dumps({"service": "web-gone", "port": 1, "pid_file": str(tmp_path / "pid")}))
+    assert exporter.main(["--config", str(config), "--check"]) == 2
+    assert capsys.readouterr().err == (
+        "ebpf_xdp_exporter: the exporter's web server %s cannot be read: No such file or directory (the role "
+        "installs it next to the exporter: run it again)\n" % missing)

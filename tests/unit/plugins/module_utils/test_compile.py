@@ -124,3 +124,20 @@ def test_sources_stay_below_their_directory(tmp_path):
     for name in ("../escape.c", "/etc/passwd", "a//b.c", ""):
         with pytest.raises(_compile.CompileError, match="is not a relative path below"):
             _compile.Sources(str(tmp_path), {name: "x"})
+
+
+def test_cache_entries_are_the_users_alone_whatever_the_umask(tmp_path):
+    """Issue 37 item 2: caches 0600 by default (an object in the cache is code the kernel will run), in a 0700
+    directory: another user can neither read nor replace what a later compile loads."""
+    cache = _compile.ObjectCache(str(tmp_path / "cache"))
+    src = tmp_path / "x.c"
+    src.write_text("int x;\n")
+    old = os.umask(0)
+    try:
+        entry = cache.build("ef" * 32, fake_clang([]), argv_for(src), str(src))
+    finally:
+        os.umask(old)
+    obj, manifest = cache.paths("ef" * 32)
+    assert entry["path"] == obj
+    assert [oct(os.stat(path).st_mode & 0o777) for path in (obj, manifest)] == ["0o600", "0o600"]
+    assert oct(os.stat(os.path.dirname(obj)).st_mode & 0o777) == "0o700"

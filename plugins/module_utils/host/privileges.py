@@ -18,9 +18,17 @@ def effective_capabilities() -> int | None:
     """The effective capability set of this process (CapEff), or None when it cannot be read."""
     try:
         with open("/proc/self/status") as status:
-            line = [entry for entry in status if entry.startswith("CapEff:")][0]
+            return capability_set(status.read())
+    except OSError:
+        return None
+
+
+def capability_set(status: str) -> int | None:
+    """CapEff of a /proc/<pid>/status text, or None when it has none that reads as one."""
+    try:
+        line = [entry for entry in status.splitlines() if entry.startswith("CapEff:")][0]
         return int(line.split()[1], 16)
-    except (OSError, IndexError, ValueError):
+    except (IndexError, ValueError):
         return None
 
 
@@ -29,6 +37,11 @@ def missing_capabilities(needed) -> list[str]:
     effective = effective_capabilities()
     if effective is None:
         return []  # cannot tell; let the kernel answer
+    return lacking(needed, effective)
+
+
+def lacking(needed, effective: int) -> list[str]:
+    """Names in `needed` that the capability set `effective` lacks."""
     # CAP_SYS_ADMIN still grants what CAP_BPF grants (kernels before 5.8 have only it).
     if effective & (1 << CAPABILITIES["CAP_SYS_ADMIN"]):
         effective |= 1 << CAPABILITIES["CAP_BPF"]

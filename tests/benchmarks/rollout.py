@@ -66,11 +66,11 @@ CONTROLLER_ACTIONS = {"set_fact", "debug", "assert", "fail", "include_role", "in
 
 
 def measured(argv, env, output):
-    """Run argv in a child that reports its children's peak RSS, its output into the file output:
-    (seconds, MiB, returncode)."""
+    """Run argv in a child that reports its children's peak RSS, its output into the file output (its errors
+    into output.err): (seconds, MiB, returncode)."""
     probe = ("import resource, subprocess, sys, json;"
-             "out = open(sys.argv[1], 'w');"
-             "rc = subprocess.run(sys.argv[2:], stdout=out, stderr=subprocess.DEVNULL).returncode;"
+             "out = open(sys.argv[1], 'w'); err = open(sys.argv[1] + '.err', 'w');"
+             "rc = subprocess.run(sys.argv[2:], stdout=out, stderr=err).returncode;"
              "print(json.dumps([rc, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))")
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", probe, output] + argv, capture_output=True, text=True, env=env,
@@ -105,7 +105,11 @@ def callback_document(output):
         # The pause module prints its own line ("Pausing for 1 seconds") before the callback's document.
         return json.loads(text[text.index("{\n"):])
     except ValueError:
-        raise SystemExit("rollout.py: ansible-playbook printed no JSON document:\n%s" % text[:2000])
+        errors = ""
+        if os.path.exists(output + ".err"):
+            with open(output + ".err", encoding="utf-8", errors="replace") as handle:
+                errors = handle.read()[-3000:]
+        raise SystemExit("rollout.py: ansible-playbook printed no JSON document:\n%s%s" % (text[:2000], errors))
 
 
 def failures(doc, most=10):
@@ -178,8 +182,10 @@ def measure(name, argv, env, output, hosts, forks, kind):
     seconds, mib, rc = measured(argv, env, output)
     doc = callback_document(output)
     if rc != 0:
-        raise SystemExit("rollout.py: %s of %s failed (%d hosts, forks %d):\n%s"
-                         % (kind, name, hosts, forks, "\n".join(failures(doc))))
+        with open(output + ".err", encoding="utf-8", errors="replace") as handle:
+            errors = handle.read()[-3000:]  # what no task result says (an unreachable play, a syntax error)
+        raise SystemExit("rollout.py: %s of %s failed (exit %d, %d hosts, forks %d):\n%s"
+                         % (kind, name, rc, hosts, forks, "\n".join(failures(doc)) or errors))
     runs, modules = module_runs(doc, hosts)
     if kind != "rollout" and any(host["changed"] for host in doc["stats"].values()):
         raise SystemExit("rollout.py: the %s of %s changed something" % (kind, name))
@@ -243,8 +249,9 @@ def run_lab(hosts, forks_list, against=None, reruns=1, strategies=("linear",), m
                 shutil.rmtree("/var/lib/ebpf_xdp/lab/%s%03d" % (prefix, i), ignore_errors=True)
             shutil.rmtree(directory, ignore_errors=True)
         shutil.rmtree(others, ignore_errors=True)
-        if os.path.exists(output):
-            os.unlink(output)
+        for path in (output, output + ".err"):
+            if os.path.exists(path):
+                os.unlink(path)
     return lab_seconds, rows
 
 

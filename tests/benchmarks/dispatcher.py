@@ -17,7 +17,7 @@ test-run: every copy runs, one after the other, as on a real frame. In each roun
 as a plain XDP program) and an empty XDP program (XDP_PASS) are test-run right after, so a CPU that changes
 speed shows in all three. Printed per N: the medians of the dispatcher, the program alone and the empty
 program, and what the dispatcher adds per program beyond running the program: (dispatcher - empty - N *
-(alone - empty)) / N. --smoke: 1 and 3 programs, 100,000 repeats, one round, and the figures must be sane; where the dispatcher
+(alone - empty)) / N. --smoke: 1 and 3 programs, 40,000 repeats, three rounds, and the figures must be sane; where the dispatcher
 cannot work (this development machine) it says why and measures nothing.
 """
 
@@ -113,7 +113,9 @@ def main():
     counts = [int(n) for n in args.programs.split(",")]
     repeat, rounds = args.repeat, args.rounds
     if args.smoke:
-        counts, repeat, rounds = [1, 3], 100000, 1
+        # Three rounds, their medians: in the Debian 12 VM under emulation one round's empty program took twice
+        # the program alone (794 against 373 ns) when a vCPU was preempted during it.
+        counts, repeat, rounds = [1, 3], 40000, 3
     refusal = _libxdp.dispatcher_refusal()
     if refusal:
         # make benchmark(-smoke) runs every benchmark on this machine; make test-vm runs the smoke where the
@@ -131,7 +133,7 @@ def main():
     if args.smoke:
         for row in rows:
             assert 0 < row["empty"] <= row["alone"] * 1.5 and row["dispatcher"] > 0, row
-        # Three programs run three times the program: more than one does, whatever the noise of one round.
+        # Three programs run three times the program: more than one does, whatever the noise of a round.
         assert rows[1]["dispatcher"] > rows[0]["dispatcher"], rows
         print("dispatcher.py --smoke: figures sane")
 

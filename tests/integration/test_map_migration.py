@@ -262,6 +262,40 @@ def test_a_shared_map_set_migrates_with_every_attachment_that_shares_it(run, pai
     assert read_u64s(pin)[bytes(4)] == (160, 160 * SIZE, 0)
 
 
+def test_revision_previous_moves_a_shared_map_set_back_with_every_attachment(run, pair, objects, tmp_path):
+    """The rollback of eth0's migrating upgrade of a set shared with a1 migrates the set back into v1's layout and
+    puts a1's previous revision back too (the same object, from the store), in the four-step rhythm; a1's own
+    rollback task then has nothing to do, and every frame counted on either side of it is there."""
+    a1_mac = second_port(pair)
+    store = str(tmp_path / "objects")
+    args = dict(netns=pair.rx, program="xdp_count_rec", shared_maps="counters", object_store=store)
+    attached = [run("xdp_program", dict(args, interface=ifname, object=objects["v1"])) for ifname in ("eth0", "a1")]
+    assert all(one["changed"] and not one.get("failed") for one in attached), attached
+    pin = attached[0]["maps"]["stats"]
+    send(run, pair, 100)
+    upgraded = run("xdp_program", dict(args, interface="eth0", object=objects["added"]))
+    assert upgraded["changed"] and upgraded["shared_maps_moved"], upgraded
+    send_a1(run, pair, a1_mac, 20)
+    assert read_u64s(pin)[bytes(4)] == (120, 120 * SIZE, 0)
+    back = dict(interface="eth0", netns=pair.rx, object_store=store, revision="previous")
+    predicted = run("xdp_program", back, check=True)
+    assert [m["interface"] for m in predicted["shared_maps_moved"]] == ["a1"], predicted
+    rolled, _again = assert_rhythm(run, "xdp_program", back)
+    assert rolled["revision"]["rolled_back"] and rolled["revision"]["object_sha256"] == \
+        attached[0]["revision"]["object_sha256"], rolled
+    assert untimed(rolled["map_migration"]) == [{"map": "stats", "outcome": "migrated", "entries_copied": 1,
+                                                 "changes": ["value field drops removed (was int, 8 bytes at 16)"]}]
+    assert pair.xdp_prog_id(dev="a1") == rolled["shared_maps_moved"][0]["id"], rolled
+    for check in (True, False):
+        same = run("xdp_program", dict(back, interface="a1"), check=check)
+        assert same["changed"] is False and not same.get("failed") and same["revision"]["rolled_back"], same
+    assert sh("ls", "-A", pin.rpartition("/")[0]).stdout.split() == ["stats"]
+    assert read_u64s(pin)[bytes(4)] == (120, 120 * SIZE)
+    send_a1(run, pair, a1_mac, 10)
+    send(run, pair, 10)
+    assert read_u64s(pin)[bytes(4)] == (140, 140 * SIZE)
+
+
 def test_a_shared_map_set_is_refused_when_an_attachment_cannot_move_with_it(run, pair, objects, tmp_path):
     """a1 shares the set with a program from another object (the same maps): eth0's migrating upgrade cannot move
     it, so it is refused naming a1, in check mode too, and nothing changes."""

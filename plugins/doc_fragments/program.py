@@ -112,8 +112,10 @@ options:
       - A migrating upgrade that fails at any step, after the swap too, leaves the old program on the hook with its maps
         untouched. Its last step, the point of no return, drops the old maps; until then a failure swaps the old program
         back in the new one's place (atomically where the swap was, the same link, the netlink program or the tc filter
-        replaced in place), puts back its pins and record, and drops the new maps (what the new program counted in its
-        moments on the hook goes with them). A run killed at any step leaves what the next run converges.
+        replaced in place), puts back its pins and record, adds to the old maps what the new program counted in its moments
+        on the hook (its counters, field by field back to the old layout, with the kernel's atomic adds, so that no frame
+        is lost or counted twice; entries only the new program made are not carried) and drops the new maps. A run killed
+        at any step leaves what the next run converges.
     type: str
     choices:
       - fields

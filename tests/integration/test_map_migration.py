@@ -376,7 +376,7 @@ def test_fields_refuses_what_no_copy_carries_and_changes_nothing(run, pair, obje
 FRAMES = 600000
 
 
-def upgrade_under_traffic(run, pair, module, args, frames=FRAMES, refused=False):
+def upgrade_under_traffic(run, pair, module, args, frames=FRAMES, refused=False, env=None):
     """module upgrades with args while the generator sends frames to the receiver: the upgrade's result, once
     every frame was sent, and proof that the upgrade (its copy, swap and top-up) ran while they arrived; with
     refused, the upgrade's failed result instead."""
@@ -397,7 +397,7 @@ def upgrade_under_traffic(run, pair, module, args, frames=FRAMES, refused=False)
     try:
         time.sleep(0.3)  # the sender's module started and sending
         start = time.monotonic()
-        upgraded = run(module, args)
+        upgraded = run(module, args, env=env)
         windows["upgrade"] = (start, time.monotonic())
     finally:
         thread.join()
@@ -416,6 +416,43 @@ def test_fields_under_traffic_counts_every_frame_once(run, pair, objects, counti
                                                          program="xdp_count_rec"))
     value = stats(run, pair)[0]["value"]
     assert value == {"packets": FRAMES + 100, "bytes": (FRAMES + 100) * SIZE}, value
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_an_upgrade_failing_after_its_swap_under_traffic_carries_back_what_the_new_program_counted(
+        run, pair, objects, shared):
+    """An upgrade (fields swapped) that fails at its last step, after the swap and the top-up, while frames arrive
+    (on eth0, and on a1 too when a1 shares the set): every old program goes back on its hook, and what the new
+    programs counted in their moments there is added to the old map before the new one is dropped, so the old
+    map ends with every frame sent, once."""
+    import threading  # pylint: disable=import-outside-toplevel
+    from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge  # pylint: disable=import-outside-toplevel
+
+    a1_mac = second_port(pair)
+    args = dict(netns=pair.rx, object=objects["v1"], program="xdp_count_rec")
+    if shared:
+        args["shared_maps"] = "counters"
+    ports = ("eth0", "a1") if shared else ("eth0",)
+    attached = [run("xdp_program", dict(args, interface=ifname)) for ifname in ports]
+    assert all(one["changed"] and not one.get("failed") for one in attached), attached
+    pin = attached[0]["maps"]["stats"]
+    send(run, pair, 100)
+    before = [pair.xdp_prog_id(dev=ifname) for ifname in ports]
+    a1_sender = threading.Thread(target=send_a1, args=(run, pair, a1_mac, FRAMES))
+    if shared:
+        a1_sender.start()
+    try:
+        failed = upgrade_under_traffic(run, pair, "xdp_program", dict(args, interface="eth0", object=objects["swapped"]),
+                                       refused=True, env={_converge.FAULT_POINT_ENV: "raise:before_retire"})
+    finally:
+        if shared:
+            a1_sender.join()
+    assert "fault injected at before_retire; the upgrade was undone" in failed["msg"], failed
+    assert not any("could not be carried back" in w for w in failed.get("warnings", [])), failed
+    assert [pair.xdp_prog_id(dev=ifname) for ifname in ports] == before
+    assert sh("ls", "-A", pin.rpartition("/")[0]).stdout.split() == ["stats"]
+    frames = FRAMES * len(ports) + 100
+    assert read_u64s(pin)[bytes(4)] == (frames, frames * SIZE)
 
 
 def test_a_shared_map_set_under_traffic_counts_every_frame_once(run, pair, objects):

@@ -908,6 +908,7 @@ class Converger:
                             self._put_back(mate.hook, mate.way_back)
                         self._mate_objects(mate).release(mate.record, mate.observed.record)
                     self._put_back(self.hook, way_back)
+                    self.warnings.extend(reset.carry_back())
                     reset.undo()
                 except Exception as again:
                     raise HookError("%s; putting the old program (id %d) and its maps back failed too: %s"
@@ -959,8 +960,8 @@ class Converger:
         """A migrating upgrade that failed after its swap, before its point of no return: the old program back in
         the new one's place on hook (atomically where the swap was: the link updated back, the netlink program or
         filter replaced back; otherwise detached and restored, as a failed reattach), its pin and the record as
-        they were. The caller then puts the old maps back under their names (the new ones dropped, with what the
-        new programs counted in their moments on the hooks)."""
+        they were. The caller then adds to the old maps what the new programs counted in their moments on the hooks
+        (Reset.carry_back) and puts them back under their names (the new ones dropped)."""
         attachment = way_back.attachment
         on_hook = Observed(prog_id=way_back.new_id, placement=attachment.placement, holder=attachment.holder,
                            link_id=attachment.link_id, record=way_back.record_after, extra=dict(attachment.extra),

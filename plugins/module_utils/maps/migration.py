@@ -32,7 +32,8 @@ swap is added then.
 
 The commit (the old pins dropped) is the upgrade's last step, its point of
 no return: a failure before it, after the swap too, puts the old program
-back and then the old pins (`undo`). A run killed between setting a pin
+back, adds to the old maps what the new program counted meanwhile
+(`carry_back`) and then puts the old pins back (`undo`). A run killed between setting a pin
 aside and its commit or undo leaves it set aside; the next run's `recover`
 puts it back or drops it, by whether the program on the hook still uses it.
 
@@ -308,6 +309,19 @@ class Reset:
             if review_.copy is not None:
                 review_.copy.add_gained(aside)
 
+    def carry_back(self) -> list[str]:
+        """Before undo(), once the old programs are back on the hooks: what the new programs counted, added to the
+        old maps (Copy.carry_back); what cannot be, in words (the upgrade is going back anyway)."""
+        words = []
+        for _pin, aside, review_ in self.moved:
+            if review_.copy is not None and os.path.exists(aside):
+                try:
+                    review_.copy.carry_back(aside)
+                except (MigrationError, _bpf.BpfError, OSError) as exc:
+                    words.append("map %s: what the new program counted in its moments on the hook could not be "
+                                 "carried back to the old map, and is dropped with the new one: %s" % (review_.name, exc))
+        return words
+
     def undo(self) -> None:
         for pin, aside, _review in self.moved:
             if os.path.exists(pin):
@@ -549,6 +563,10 @@ class Copy:
         self.window: float | None = None
         self._copy_started = 0.0
         self.snapshot: dict = {}
+        # New key -> old key, of the entries carried (what carry_back adds to).
+        self.old_keys: dict[bytes, bytes] = {}
+        # What this run wrote into the new map, by new key: per CPU, each counter carried back (see carry_back).
+        self.written: dict[bytes, list[dict[str, int]]] = {}
         self.entries = self._plan(pin)
 
     def _where(self, key: bytes) -> str:
@@ -562,15 +580,18 @@ class Copy:
             info = dict(old.info)
         for key, value in self.snapshot.items():
             raws = value if isinstance(value, list) else [value]
-            if self.array and not any(raw.strip(b"\0") for raw in raws):
-                continue  # an array's zero entries: the new array has them already
             where = self._where(key)
+            if self.array and not any(raw.strip(b"\0") for raw in raws):
+                if int.from_bytes(key[:4], "little") < self.max_entries:
+                    self.old_keys[self.key.convert(key, where)] = key  # what the new program counts there goes back
+                continue  # an array's zero entries: the new array has them already
             new_key = self.key.convert(key, where)
             if self.array and int.from_bytes(new_key[:4], "little") >= self.max_entries:
                 raise MigrationError("%s: the new map has %d entries, and this one is past them; map_migration: reset "
                                      "starts it empty" % (where, self.max_entries))
             converted = [self.value.convert(raw, where) for raw in raws]
             new_value = converted if isinstance(value, list) else converted[0]
+            self.old_keys[new_key] = key
             out.append((new_key, _join(dict(info, value_size=self.value.new.size), new_value)))
         if not self.array and len(out) > self.max_entries:
             raise MigrationError("map %s: %d entries do not fit the new map's %d; map_migration: reset starts it "
@@ -588,6 +609,9 @@ class Copy:
                 new.update(key, value)
                 if during is not None and not written:
                     during()
+            # No program writes the new map before the swap: what it holds now is what this run wrote.
+            self.written = {key: [self._counted(raw) for raw in (value if isinstance(value, list) else [value])]
+                            for key, value in new.items()}
 
     def add_gained(self, set_aside: str) -> None:
         """After the swap the old map is no longer written: add to the new map what its counters gained since
@@ -603,9 +627,11 @@ class Copy:
                 where = self._where(key)
                 new_key = self.key.convert(key, where)
                 nows = now if isinstance(now, list) else [now]
+                self.old_keys[new_key] = key
                 if before is None and new.lookup(new_key) is None:
                     converted = [self.value.convert(n, where) for n in nows]
                     new.update(new_key, _join(new.info, converted if isinstance(now, list) else converted[0]))
+                    self.written[new_key] = [self._counted(raw) for raw in converted]
                     continue
                 befores = before if isinstance(before, list) else [before] if before is not None else \
                     [bytes(len(nows[0]))] * len(nows)
@@ -618,4 +644,63 @@ class Copy:
                                              "8-byte counters can be added to" % (where, size, amount))
                     if fields:
                         adds.append((new_key, cpu if new.percpu else None, fields))
+                        counts = self.written.setdefault(new_key, [{} for _ in nows])
+                        for offset, _size, amount in fields:
+                            name = self._at_offset(offset)
+                            if name is not None and cpu < len(counts):
+                                counts[cpu][name] = counts[cpu].get(name, 0) + amount
             add_atomically(new, adds)
+
+    def _back(self) -> dict[str, tuple[int, int]]:
+        """The new layout's counters that carry_back adds to the old map: name -> (offset, size) of the old field
+        it came from (a counter there too, 4 or 8 bytes: the kernel's atomic adds)."""
+        counters = _counters(self.value.old)
+        if self.value.raw or not counters:
+            return {}
+        if not isinstance(self.value.old, _btf.Struct):
+            return {"": (0, self.value.old.size)} if self.value.old.size in _ATOMIC_ADD else {}
+        out = {}
+        for name, source in self.value.sources.items():
+            field, was = self.value.new.by_name[name], self.value.old.by_name[source]
+            if source in counters and isinstance(field.layout, _btf.Int) and not field.bits \
+                    and was.layout.size in _ATOMIC_ADD:
+                out[name] = (was.offset, was.layout.size)
+        return out
+
+    def _counted(self, raw: bytes) -> dict[str, int]:
+        """The counters carry_back carries, read from a value in the new layout."""
+        back = self._back()
+        if not back:
+            return {}
+        value = self.value.new.decode(raw)
+        return {"": value} if "" in back else {name: value[name] for name in back}
+
+    def _at_offset(self, offset: int) -> str | None:
+        if not isinstance(self.value.new, _btf.Struct):
+            return "" if offset == 0 else None
+        return next((name for name, field in self.value.new.by_name.items() if field.offset == offset), None)
+
+    def carry_back(self, set_aside: str) -> int:
+        """A migrating upgrade going back after its swap, once the old programs are on the hooks again (the new
+        map is no longer written): add to the old map (pinned at set_aside) what the new programs counted in
+        their moments on the hooks, beyond what this run wrote into the new map, field by field back to the old
+        layout, atomically (the old programs count into the same values). Entries the new programs made that
+        the old map does not have are not carried. Returns the entries added to."""
+        back = self._back()
+        if not back or not self.written:
+            return 0
+        adds = []
+        with _bpf.open_pinned_map(self.pin) as new, _bpf.open_pinned_map(set_aside) as old:
+            for key, now in new.items():
+                old_key = self.old_keys.get(key)
+                if old_key is None:
+                    continue
+                nows = now if isinstance(now, list) else [now]
+                written = self.written.get(key) or [{} for _ in nows]
+                for cpu, (raw, was) in enumerate(zip(nows, written)):
+                    fields = [back[name] + (amount,) for name, amount in (
+                        (name, count - was.get(name, 0)) for name, count in self._counted(raw).items()) if amount > 0]
+                    if fields:
+                        adds.append((old_key, cpu if old.percpu else None, fields))
+            add_atomically(old, adds)
+        return len(adds)

@@ -644,7 +644,7 @@ class Copy:
                                              "8-byte counters can be added to" % (where, size, amount))
                     if fields:
                         adds.append((new_key, cpu if new.percpu else None, fields))
-                        counts = self.written.setdefault(new_key, [{} for _ in nows])
+                        counts = self.written.setdefault(new_key, [{} for _cpu in nows])
                         for offset, _size, amount in fields:
                             name = self._at_offset(offset)
                             if name is not None and cpu < len(counts):
@@ -696,7 +696,7 @@ class Copy:
                 if old_key is None:
                     continue
                 nows = now if isinstance(now, list) else [now]
-                written = self.written.get(key) or [{} for _ in nows]
+                written = self.written.get(key) or [{} for _cpu in nows]
                 for cpu, (raw, was) in enumerate(zip(nows, written)):
                     fields = [back[name] + (amount,) for name, amount in (
                         (name, count - was.get(name, 0)) for name, count in self._counted(raw).items()) if amount > 0]

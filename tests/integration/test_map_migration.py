@@ -408,14 +408,19 @@ def upgrade_under_traffic(run, pair, module, args, frames=FRAMES, refused=False,
     return upgraded
 
 
-def test_fields_under_traffic_counts_every_frame_once(run, pair, objects, counting):
-    """Frames keep arriving while the map is copied and the program swapped: what the old program counts after
-    the copy is added after the swap, so the new map ends with every frame sent (none lost, none twice)."""
+@pytest.mark.parametrize("version", ["swapped", "added", "grown"])
+def test_fields_under_traffic_counts_every_frame_once(run, pair, objects, counting, version):
+    """Frames keep arriving while the map is copied and the program swapped (fields swapped, a field added, more
+    entries): what the old program counts after the copy is added after the swap, so the new map ends with every
+    frame sent (none lost, none twice)."""
     # map_migration: fields is the default.
-    upgrade_under_traffic(run, pair, "xdp_program", dict(interface="eth0", netns=pair.rx, object=objects["swapped"],
-                                                         program="xdp_count_rec"))
-    value = stats(run, pair)[0]["value"]
-    assert value == {"packets": FRAMES + 100, "bytes": (FRAMES + 100) * SIZE}, value
+    upgraded = upgrade_under_traffic(run, pair, "xdp_program", dict(interface="eth0", netns=pair.rx,
+                                                                    object=objects[version], program="xdp_count_rec"))
+    assert upgraded["map_migration"][0]["outcome"] == "migrated", upgraded
+    expected = {"packets": FRAMES + 100, "bytes": (FRAMES + 100) * SIZE}
+    if version == "added":
+        expected["drops"] = 0
+    assert stats(run, pair) == [{"key": 0, "value": expected}]
 
 
 @pytest.mark.parametrize("shared", [False, True])

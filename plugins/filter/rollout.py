@@ -221,13 +221,17 @@ def replay_findings(results, max_changed=0, allowed=None):
     return findings
 
 
-def rollout_batch_unchanged(hosts, hostvars):
-    """Whether the converge of ebpf.xdp.xdp_deploy (its registered __xdp_deploy_datapath) ran on every host
-    and left each as it was, with nothing more to do: no toolchain to install, no bcc entry to attach."""
+def rollout_batch_unchanged(hosts, hostvars, registered="__xdp_deploy_datapath"):
+    """Whether the converge of ebpf.xdp.xdp_deploy (its registered __xdp_deploy_datapath, or another
+    registered result of the same task, such as its check-mode probe xdp_deploy_probe) ran on every host and
+    left each as it was (would leave, for a probe), with nothing more to do: no toolchain to install, no bcc
+    entry to attach."""
     for host in hosts:
         variables = hostvars[host]
-        result = variables.get("__xdp_deploy_datapath")
-        if not isinstance(result, Mapping) or result.get("failed") or result.get("skipped") or result.get("changed"):
+        result = variables.get(registered)
+        # changes: what the run made (would make, in check mode), also where changed_when hid it (a probe's).
+        if not isinstance(result, Mapping) or any(result.get(key) for key in ("failed", "skipped", "unreachable",
+                                                                               "changed", "changes")):
             return False
         if result.get("toolchain") is not None:
             return False

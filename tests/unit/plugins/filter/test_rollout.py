@@ -171,3 +171,19 @@ def test_statuses_of_a_rollout_in_one_pass():
         "updated": ["h1"], "unchanged": ["h3"], "would_change": [], "rolled_back": ["h2"],
         "rollback_failed": ["h5"], "untouched": ["h4"],
         "problems": {"h2": ["share of dropped frames"], "h5": ["a", "b"]}}
+
+
+@pytest.mark.parametrize("probe, unchanged", [
+    (_converged(), True),
+    # the probe (check mode) found a change to make: its changes, its changed hidden by changed_when
+    (_converged(changes=[{"entry": "config.xdp[0]"}]), False),
+    # a probe that failed or did not reach the host (ignore_unreachable) says nothing
+    (_converged(failed=True), False),
+    ({"unreachable": True, "msg": "no such namespace"}, False),
+    ({"skipped": True, "changed": False}, False),
+])
+def test_a_batch_is_unchanged_by_its_probe_when_no_host_would_change(probe, unchanged):
+    """The probe's result, registered as xdp_deploy_probe, read instead of the converge's: the converge has not run."""
+    hostvars = {"h1": {"xdp_deploy_probe": _converged()}, "h2": {"xdp_deploy_probe": probe}}
+    assert rollout_batch_unchanged(["h1", "h2"], hostvars, "xdp_deploy_probe") is unchanged
+    assert rollout_batch_unchanged(["h1", "h2"], hostvars) is False

@@ -230,8 +230,8 @@ def rollout_batch_unchanged(hosts, hostvars, registered="__xdp_deploy_datapath")
         variables = hostvars[host]
         result = variables.get(registered)
         # changes: what the run made (would make, in check mode), also where changed_when hid it (a probe's).
-        if not isinstance(result, Mapping) or any(result.get(key) for key in ("failed", "skipped", "unreachable",
-                                                                               "changed", "changes")):
+        if not isinstance(result, Mapping) or any(
+                result.get(key) for key in ("failed", "skipped", "unreachable", "changed", "changes")):
             return False
         if result.get("toolchain") is not None:
             return False

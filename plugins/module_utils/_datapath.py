@@ -17,12 +17,13 @@ live next to their code and are read from there):
     devmap_groups  devmap_group   (name/id, members, ...) after the programs whose map sets hold them
     map_entries    bpf_map_entry  (path, entries, ...)    last
 
-Each entry is converged by the same code its per-item module runs, in the
-order above; removals come after every addition and change. What this
-collection has on the host is read back in the same shape (`gather`): an
-XDP or tc attachment from its ownership record, a group from its map set.
-Map entries are not gathered (which entries of a map are "declared" is the
-task's to say), objects are files, not host state.
+Each section is a resource (sections/: its keys, words, gather, converge
+and undo, with the code its per-item module runs); this file keeps only the
+order above, the journal and the put-back. Removals come after every
+addition and change. What this collection has on the host is read back in
+the same shape (`gather`): an attachment from its ownership record, a group
+from its map set. Map entries are not gathered (which entries of a map are
+"declared" is the task's to say), objects are files, not host state.
 
 A failure puts back, in reverse order, what the run had changed: an upgraded
 program goes back to its previous revision, a new one goes away, a removed
@@ -35,32 +36,28 @@ from __future__ import annotations
 import copy
 import hashlib
 import os
+from typing import Callable
 
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _common, _facts
-from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import bcc as _bcc, compile as _compile
-from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import (
-    adapters as _adapters, converge as _converge, revisions as _revisions)
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import compile as _compile
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge, revisions as _revisions
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns, session as _session
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import toolchain as _toolchain
 from ansible_collections.ebpf.xdp.plugins.module_utils.host.journal import Journal
-from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins as _pins
-from ansible_collections.ebpf.xdp.plugins.module_utils.maps import devmap as _devmap, map_entry as _map_entry
+from ansible_collections.ebpf.xdp.plugins.module_utils.sections import (
+    groups as _groups, hooks as _hooks, map_entries as _map_entries, objects as _objects)
+from ansible_collections.ebpf.xdp.plugins.module_utils.sections.resource import Section
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 STATES = ("merged", "replaced", "overridden", "deleted", "gathered")
-PROGRAM_RULES = _revisions.module_rules(_bcc.MODULE_RULES)
-# The hooks' sections: each kind of hook registered with the converger (hooks/adapters), by its adapter.
-HOOKS = {adapter.kind: adapter for adapter in _adapters.HOOKS}
-# section -> (module, argument spec, rules); the converge order.
-SECTIONS = dict(
-    [("objects", ("bpf_object", _compile.OBJECT_ARGS, {}))]
-    + [(kind, (adapter.module, _common.program_args(adapter.module), PROGRAM_RULES)) for kind, adapter in HOOKS.items()]
-    + [("devmap_groups", ("devmap_group", _common.DEVMAP_GROUP_ARGS, _common.DEVMAP_GROUP_RULES)),
-       ("map_entries", ("bpf_map_entry", _map_entry.ENTRY_ARGS, {}))])
-# What each section's names and paths must be (_common.check_names), as its module checks them.
-SECTION_NAMES = dict(dict.fromkeys(HOOKS, _common.PROGRAM_NAMES), devmap_groups=_common.DEVMAP_GROUP_NAMES)
+# The sections, by config key, in the order they converge: objects first, then each registered hook (hooks/adapters),
+# the groups after the programs whose map sets hold them, map entries last.
+SECTIONS: dict[str, Section] = {section.name: section for section in [
+    _objects.Objects(), *_hooks.sections(), _groups.Groups(), _map_entries.MapEntries()]}
+# The hooks' sections, by kind of hook.
+HOOKS = {name: section for name, section in SECTIONS.items() if isinstance(section, _hooks.Hook)}
 # The module's options (documented in plugins/modules/datapath.py). The entries are checked by validate(), each
 # against its own module's spec: Ansible's suboptions would need a second copy of every one of them.
 ARGS = dict(
@@ -115,33 +112,26 @@ def validate(config: dict, pin_root: str) -> dict[str, list[dict]]:
     """Each entry checked against its module's argument spec, with the spec's defaults filled in; every entry
     of a hook, group, map or object file named once. Raises ConfigError naming the entry."""
     out = {}
-    for section, (module, spec, rules) in SECTIONS.items():
+    for section, resource in SECTIONS.items():
         entries = []
         for index, entry in enumerate(config.get(section) or []):
             if not isinstance(entry, dict):
                 raise ConfigError("%s: an entry is a dict of %s's options, not %r"
-                                  % (where(section, index), module, entry))
+                                  % (where(section, index), resource.module, entry))
             given = [name for name in TASK_WIDE if name in entry]
             if given:
                 raise ConfigError("%s: %s is set once for the task, not per entry"
                                   % (where(section, index), ", ".join(given)))
-            params = dict(entry, pin_root=pin_root) if "pin_root" in spec else dict(entry)
-            result = ArgumentSpecValidator(spec, **rules).validate(params)
+            params = dict(entry, pin_root=pin_root) if "pin_root" in resource.spec else dict(entry)
+            result = ArgumentSpecValidator(resource.spec, **resource.rules).validate(params)
             if result.error_messages:
                 raise ConfigError("%s: %s" % (where(section, index), "; ".join(result.error_messages)))
             params = result.validated_parameters
             try:
-                _common.check_names(params, SECTION_NAMES.get(section, _common.NAMES))
+                _common.check_names(params, resource.names)
+                resource.validate(params)
             except EbpfXdpError as exc:
                 raise ConfigError("%s: %s" % (where(section, index), exc)) from exc
-            if section in HOOKS and params["backend"] != "libbpf":
-                raise ConfigError("%s: backend %s is not available in ebpf.xdp.datapath; use ebpf.xdp.%s for it"
-                                  % (where(section, index), params["backend"], module))
-            if section in HOOKS:
-                try:
-                    HOOKS[section].check_params(params)
-                except EbpfXdpError as exc:
-                    raise ConfigError("%s: %s" % (where(section, index), exc)) from exc
             entries.append(params)
         out[section] = entries
     _refuse_twice(out)
@@ -150,22 +140,12 @@ def validate(config: dict, pin_root: str) -> dict[str, list[dict]]:
 
 def key_of(section: str, params: dict) -> tuple:
     """What one entry is the only one to manage: a hook, a group of a map set, a map, an object file."""
-    if section == "objects":
-        return (params["dest"] or params["src"],)
-    if section in HOOKS:
-        return HOOKS[section].entry_key(params)
-    if section == "map_entries":
-        return (params["netns"], params["path"])
-    raise ValueError(section)
+    return SECTIONS[section].key(params)
 
 
 def describe(section: str, key: tuple) -> str:
-    netns = key[0] if section != "objects" else None
-    place = HOOKS[section].describe(key) if section in HOOKS else {
-        "objects": lambda: "object %s" % key[0],
-        "map_entries": lambda: "map %s" % key[1],
-        "devmap_groups": lambda: "group %s of map set %s" % (key[2], key[1])}[section]()
-    return place + (" in netns %s" % netns if netns else "")
+    netns = SECTIONS[section].netns(key)
+    return SECTIONS[section].describe(key) + (" in netns %s" % netns if netns else "")
 
 
 def _refuse_twice(validated: dict) -> None:
@@ -178,12 +158,6 @@ def _refuse_twice(validated: dict) -> None:
                     raise ConfigError("%s and %s both manage %s: give each one entry"
                                       % (where(section, seen[key]), where(section, index), describe(section, key)))
                 seen[key] = index
-
-
-def _group_keys(params: dict) -> list[tuple]:
-    """A group is named by its name, its id, or both: each names it."""
-    return [(params["netns"], params["shared_maps"], value) for value in (params["name"], params["id"])
-            if value is not None]
 
 
 # ---------------------------------------------------------------- reading the host back
@@ -202,37 +176,13 @@ def scope(validated: dict, namespaces: list[str] | None) -> list[str | None]:
 def gather(pin_root: str, namespaces: list[str | None]) -> dict[str, list[dict]]:
     """This collection's attachments on every registered hook and its devmap groups in the namespaces, in config's
     shape."""
-    out = dict({kind: [] for kind in HOOKS}, devmap_groups=[])
+    out = {section: [] for section, resource in SECTIONS.items() if resource.gathered}
     for netns in namespaces:
         with _netns.netns(netns):
             key = _netns.netns_key(netns)
-            top = os.path.join(pin_root, key)
-            for ifname in sorted(os.listdir(top)) if os.path.isdir(top) else []:
-                if ifname == _pins.SHARED_MAPS:
-                    continue
-                for hook in sorted(os.listdir(os.path.join(top, ifname))):
-                    kind = _pins.hook_kind(hook)
-                    if kind is None:
-                        continue  # the clsact record, or another kind of pin directory of the collection
-                    record = _pins.Record(os.path.join(top, ifname, hook, "owner")).read()
-                    if record:
-                        out[kind].append(HOOKS[kind].entry_of(record, netns, ifname, hook))
-            for name, set_dir in _devmap.map_sets(pin_root, key).items():
-                groups, records = _devmap.read_set(set_dir, name)
-                for group in groups:
-                    if group["id"] in records:
-                        out["devmap_groups"].append(_group_entry(group, netns, name, records[group["id"]]))
+            for section in out:
+                out[section].extend(SECTIONS[section].gather(pin_root, netns, key))
     return out
-
-
-def _group_entry(group: dict, netns: str | None, set_name: str, record: dict) -> dict:
-    entry = {"name": group["name"], "id": group["id"], "netns": netns, "shared_maps": set_name,
-             "members": [member["name"] for member in group["members"]], "addresses": group["addresses"],
-             "exclude_ingress": group["exclude_ingress"]}
-    egress = record.get("egress") or {}
-    if egress.get("object"):
-        entry["egress_program"] = _devmap.asked_egress(egress)  # named one way, as the task named it
-    return entry
 
 
 # ---------------------------------------------------------------- planning
@@ -240,11 +190,11 @@ def _group_entry(group: dict, netns: str | None, set_name: str, record: dict) ->
 
 def keys_of(section: str, params: dict) -> list[tuple]:
     """What an entry (declared, or gathered) manages: one key, or a group's name and id."""
-    return _group_keys(params) if section == "devmap_groups" else [key_of(section, params)]
+    return SECTIONS[section].keys(params)
 
 
 # What state deleted removes, last in first out; objects are files, not host state, and stay.
-DELETED = ("map_entries", "devmap_groups") + tuple(reversed(HOOKS))
+DELETED = tuple(section for section in reversed(SECTIONS) if SECTIONS[section].removable)
 
 
 def plan(state: str, validated: dict, gathered: dict, pin_root: str) -> list[tuple[str, int | None, dict]]:
@@ -256,46 +206,37 @@ def plan(state: str, validated: dict, gathered: dict, pin_root: str) -> list[tup
                     for section in DELETED for index, params in enumerate(validated[section])]
         # Nothing declared: everything of this collection's in scope (map entries are never gathered).
         return [(section, None, _absent(section, _full(section, entry, pin_root), pin_root))
-                for section in DELETED[1:] for entry in gathered[section]]
-    for section in SECTIONS:
+                for section in DELETED if section in gathered for entry in gathered[section]]
+    for section, resource in SECTIONS.items():
         for index, params in enumerate(validated[section]):
-            if state == "replaced" and section in ("devmap_groups", "map_entries"):
+            if state == "replaced" and resource.exact_when_replaced:
                 params = dict(params, exclusive=True)  # exactly as declared
             steps.append((section, index, params))
     if state in ("replaced", "overridden"):
-        declared_sets = {(p["netns"], p["shared_maps"]) for p in validated["devmap_groups"]}
-        for section in DELETED[1:]:
+        for section in DELETED:
             keys = {key for params in validated[section] for key in keys_of(section, params)}
-            for entry in gathered[section]:
+            for entry in gathered.get(section, []):
                 if any(key in keys for key in keys_of(section, entry)):
                     continue
-                if state == "replaced" and (section != "devmap_groups"
-                                            or (entry["netns"], entry["shared_maps"]) not in declared_sets):
+                if state == "replaced" and not SECTIONS[section].replaced_removes(entry, validated[section]):
                     continue  # replaced: only the map sets config names end exactly as declared
                 steps.append((section, None, _absent(section, _full(section, entry, pin_root), pin_root)))
     return steps
 
 
 def _gathered_entry(section: str, params: dict, gathered: dict) -> dict | None:
-    """The gathered entry for the hook params names, if the collection has one there."""
-    return next((entry for entry in gathered[section] if keys_of(section, entry) == keys_of(section, params)), None)
+    """The gathered entry for what params names (a hook, a group by its name or id), if the collection has one."""
+    wanted = set(keys_of(section, params))
+    return next((entry for entry in gathered.get(section, []) if wanted & set(keys_of(section, entry))), None)
 
 
 def _full(section: str, entry: dict, pin_root: str) -> dict:
     """A gathered entry with its module's defaults, as validate() would give it."""
-    _module, spec, rules = SECTIONS[section]
-    params = dict(entry, pin_root=pin_root)
-    result = ArgumentSpecValidator(spec, **rules).validate(params)
-    return result.validated_parameters
+    return SECTIONS[section].full(entry, pin_root)
 
 
 def _absent(section: str, params: dict, pin_root: str) -> dict:
-    params = dict(params, state="absent")
-    if section in HOOKS:
-        params.update(revision=None)
-    if section == "map_entries":
-        params.update(exclusive=False)
-    return _full(section, {k: v for k, v in params.items() if k != "pin_root"}, pin_root)
+    return SECTIONS[section].removal(params, pin_root)
 
 
 # ---------------------------------------------------------------- converging
@@ -321,17 +262,8 @@ class Run:
         # later entry may be placed beside (tc's before/after) although the kernel does not hold them yet.
         self.predicted: set[tuple] = set()
 
-    def converge(self, section: str, params: dict, before_change=None) -> dict:
-        if section == "objects":
-            result, warnings = _compile.converge_object(params, self.check_mode, self.run_command, self.find_clang)
-        elif section in HOOKS:
-            result, warnings = _converge.converge_interface(params, self.check_mode, HOOKS[section].from_params,
-                                                            before_change)
-        elif section == "devmap_groups":
-            result, warnings = _devmap.converge(params, self.check_mode)
-        else:
-            result = _map_entry.converge(params, self.check_mode)
-            warnings = []
+    def converge(self, section: str, params: dict, before_change: Callable[[], None] | None = None) -> dict:
+        result, warnings = SECTIONS[section].converge(params, self.check_mode, self, before_change)
         self.warnings.extend(warnings)
         return result
 
@@ -365,7 +297,7 @@ class Run:
             held = holds.pop() if holds else None
             if self.check_mode and section in HOOKS and result.get("changed") and params.get("name") \
                     and params.get("state", "present") == "present":
-                self.predicted.add((section, HOOKS[section].entry_key(params)))
+                self.predicted.add((section, key_of(section, params)))
             if result.get("changed"):
                 self.changes.append({"entry": label, "section": section, "state": params.get("state", "present"),
                                      "diff": result.get("diff")})
@@ -393,8 +325,7 @@ class Run:
         """Check mode: whether the entry is placed beside (tc: before/after) an attachment an earlier entry would
         attach."""
         return self.check_mode and section in HOOKS and any(
-            (section, HOOKS[section].entry_key(dict(params, name=name))) in self.predicted
-            for name in HOOKS[section].placed_next_to(params))
+            (section, key) in self.predicted for key in HOOKS[section].placed_next_to(params))
 
     def _predict_placed(self, section: str, params: dict) -> dict:
         """Check mode, for an entry placed next to an attachment this run would make first: the entry checked
@@ -404,34 +335,13 @@ class Run:
 
     def _hold(self, section: str, params: dict, gathered: dict) -> _converge.Held | None:
         """For a hook of ours that this step may change: what puts it back as it is (its program, same id)."""
-        before = _gathered_entry(section, params, gathered) if section in HOOKS else None
-        return _converge.hold(section, _full(section, before, self.pin_root)) if before else None
+        before = _gathered_entry(section, params, gathered)
+        return SECTIONS[section].hold(before, self.pin_root) if before else None
 
     def _undo(self, section: str, params: dict, result: dict, gathered: dict) -> dict | None:
         """The params that put back what this step changed (None: nothing to put back, such as an object file);
         a hook that had a program of ours is held instead (_hold)."""
-        if section in HOOKS:
-            before = _gathered_entry(section, params, gathered)
-            if params["state"] == "absent":
-                return _full(section, before, self.pin_root) if before else None
-            if not before:
-                return _absent(section, params, self.pin_root)
-            # A record whose program was gone (nothing to hold): its previous revision, maps kept.
-            return dict(params, revision=_revisions.PREVIOUS, constants={},
-                        **dict.fromkeys(set(_revisions.PROGRAM_OPTIONS) - {"constants"}))
-        if section == "devmap_groups":
-            wanted = set(keys_of(section, params))
-            before = [entry for entry in gathered[section] if wanted & set(keys_of(section, entry))]
-            if before:
-                return _full(section, dict(before[0], exclusive=True), self.pin_root)
-            return _absent(section, dict(params, id=result.get("id", params.get("id"))), self.pin_root)
-        if section == "map_entries":
-            # The map as it was (exclusive: what the step added goes again). A per-CPU entry whose CPUs held
-            # different values cannot be written back by key and value: it is left out.
-            earlier = ((result.get("diff") or {}).get("before") or {}).get("entries", [])
-            return dict(params, state="present", exclusive=True,
-                        entries=[{"key": e["key"], "value": e["value"]} for e in earlier if "value" in e])
-        return None
+        return SECTIONS[section].undo(params, result, _gathered_entry(section, params, gathered), self.pin_root)
 
     def rehearse(self, sources: _compile.Sources | None, steps: list, gathered: dict) -> bool:
         """Whether the steps would change anything: the same steps in check mode, nothing written."""

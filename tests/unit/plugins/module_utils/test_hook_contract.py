@@ -54,10 +54,10 @@ def test_an_adapter_implements_the_whole_contract(cls):
     assert cls.kind in _pins.HOOK_DIRS and cls.label and cls.prog_type
     assert cls.placement_key in cls.report_keys
     if cls is not FakeHook:
-        assert cls.module in _datapath.SECTIONS[cls.kind] and set(cls.hook_dirs) == set(_pins.HOOK_DIRS[cls.kind])
+        assert cls.module == _datapath.SECTIONS[cls.kind].module and set(cls.hook_dirs) == set(_pins.HOOK_DIRS[cls.kind])
         # A rollback takes back what the hook asked for: keys of its identity, options of its module.
         assert all(key.startswith("requested_") for key in cls.rollback_options), cls.rollback_options
-        assert set(cls.rollback_options.values()) <= set(_datapath.SECTIONS[cls.kind][1])
+        assert set(cls.rollback_options.values()) <= set(_datapath.SECTIONS[cls.kind].spec)
 
 
 @pytest.mark.parametrize("name", list(BUILT_FROM))

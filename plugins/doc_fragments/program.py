@@ -85,7 +85,8 @@ options:
         values CPU by CPU. The new program is swapped in atomically as always, and then what the old map's counters gained
         between the copy and the swap (fields that are integers that count, not enums, booleans or bitfields) is added
         to the new map, and the old map is dropped. A change no copy carries (another map type, a key field removed without
-        O(map_rename), a map without BTF whose sizes change) fails naming the map and the field, and changes nothing.
+        O(map_rename), a map without BTF whose sizes change, a map of maps, programs, devices or sockets such as a multicast
+        set's groups) fails naming the map and the field, and changes nothing.
       - V(reset) starts each changed map empty; its old contents are dropped once the new program is on the hook, its
         pins and record written (and kept when the upgrade fails before).
       - V(refuse) fails on any difference, naming each map and each difference, and changes nothing (libbpf alone would

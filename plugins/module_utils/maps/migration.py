@@ -538,6 +538,12 @@ def _join(map_info: dict, raws: bytes | list[bytes]) -> bytes:
     return raws
 
 
+# Maps whose values are kernel objects (read back by id, written by file descriptor or bound to a device): no copy.
+HOLDERS = {"array_of_maps": "maps", "hash_of_maps": "maps", "prog_array": "programs", "devmap": "devices and programs",
+           "devmap_hash": "devices and programs", "cpumap": "CPUs and programs", "xskmap": "sockets",
+           "sockmap": "sockets", "sockhash": "sockets"}
+
+
 class Copy:
     """A changed map's entries carried into the new map field by field: planned (and every entry converted in
     memory) when reviewed, written into the new map before the swap (`write`), topped up after it with what the
@@ -548,6 +554,11 @@ class Copy:
         if old_info["type"] != new_info["type"]:
             raise MigrationError("map %s: its type changes from %s to %s, which no copy carries; map_migration: reset "
                                  "starts it empty" % (name, old_info["type"], new_info["type"]))
+        if old_info["type"] in HOLDERS:
+            # Their values read back as ids (of maps, programs) where a write takes file descriptors.
+            raise MigrationError("map %s: a %s holds %s, which a copy by value cannot carry; map_migration: reset "
+                                 "starts it empty (whoever fills it, devmap_group for a multicast set's groups, "
+                                 "writes it again)" % (name, old_info["type"], HOLDERS[old_info["type"]]))
         old_key, old_value = _btf.layouts(old_info, old_btf)
         new_key, new_value = _btf.layouts(new_info, new_btf)
         if old_value.prog_offsets() or new_value.prog_offsets():

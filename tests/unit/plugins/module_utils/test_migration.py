@@ -3,6 +3,8 @@ differences said field by field, the refusal's words, and the pins a reset sets 
 
 import os
 
+import pytest
+
 from ansible_collections.ebpf.xdp.plugins.module_utils.maps import btf as _btf, migration as _migration
 
 U64 = _btf.Int(8, name="__u64")
@@ -174,3 +176,16 @@ def test_what_no_copy_carries_is_refused_by_name():
             assert str(exc).startswith(words), exc
         else:
             raise AssertionError(args)
+
+
+@pytest.mark.parametrize("kind, holds", [("hash_of_maps", "maps"), ("devmap_hash", "devices and programs"),
+                                         ("prog_array", "programs")])
+def test_a_map_of_kernel_objects_is_refused_for_a_copy_before_any_read(kind, holds):
+    """A multicast set's groups (a hash of devmaps), a devmap, a program array: their values read back as ids where
+    a write takes file descriptors, so fields refuses them (naming the way out) before it opens anything."""
+    info = {"type": kind, "key_size": 4, "value_size": 4, "max_entries": 4}
+    with pytest.raises(_migration.MigrationError) as refused:
+        _migration.Copy("mcast_groups", "/nonexistent/pin", (info, 0, None), (dict(info, max_entries=8), 0, None), {})
+    assert str(refused.value) == (
+        "map mcast_groups: a %s holds %s, which a copy by value cannot carry; map_migration: reset starts it empty "
+        "(whoever fills it, devmap_group for a multicast set's groups, writes it again)" % (kind, holds))

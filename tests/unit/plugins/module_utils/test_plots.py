@@ -38,6 +38,6 @@ def test_a_family_is_one_png_a_panel_per_metric_taller_with_each_case():
     width, height = size(_plots.family_png("drop", two))
     assert (width, size(_plots.family_png("drop", four))[0]) == (1000, 1000)  # 10 inches at 100 dpi
     assert size(_plots.family_png("drop", four))[1] > height
-    panels = two + [entry("xdp", 50.0, ratio=0.5, metric="ns_per_packet"), entry("tc", 100.0, baseline=True,
-                                                                                  metric="ns_per_packet")]
+    panels = two + [entry("xdp", 50.0, ratio=0.5, metric="ns_per_packet"),
+                    entry("tc", 100.0, baseline=True, metric="ns_per_packet")]
     assert size(_plots.family_png("cost", panels))[1] > size(_plots.family_png("drop", four))[1]

@@ -35,7 +35,7 @@ import re
 import sys
 import tempfile
 
-from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, pins as _pins
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, loader as _loader
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf.compile import CompileError
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
@@ -198,66 +198,34 @@ def _stderr_to(lines: list[str]):
 # ---------------------------------------------------------------- loading
 
 
-class BccLoaded:
-    """A bcc-compiled program in the kernel, held by this process until close(); the same surface as
-    _loader.Loaded: name, program, info, data_sha256 (its tables' layout), maps (table name -> pin path)."""
+def as_loaded(name: str, program: _bpf.Program, tables: dict, maps_dir: str | None) -> _loader.Loaded:
+    """A bcc-compiled program as every backend's load returns it (_loader.Loaded): its tables held by name (pinned
+    once it is on its hook), their layout as what else makes it the same program."""
+    layout = {table: {k: m.info[k] for k in ("type", "key_size", "value_size", "max_entries")}
+              for table, m in tables.items()}
+    maps = {table: os.path.join(maps_dir, table) for table in tables} if maps_dir else {}
+    return _loader.Loaded(name, program, hashlib.sha256(json.dumps(layout, sort_keys=True).encode()).hexdigest(),
+                          maps_dir, maps, tables=tables)
 
-    def __init__(self, name: str, program: _bpf.Program, tables: dict, maps_dir: str | None):
-        self.name = name
-        self.program = program
-        self.tables = tables
-        self.info = program.info()
-        self.maps_dir = maps_dir
-        self.maps = {table: os.path.join(maps_dir, table) for table in tables} if maps_dir else {}
-        layout = {table: {k: m.info[k] for k in ("type", "key_size", "value_size", "max_entries")}
-                  for table, m in tables.items()}
-        self.data_sha256 = hashlib.sha256(json.dumps(layout, sort_keys=True).encode()).hexdigest()
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def close(self) -> None:
-        self.program.close()
-        for table in self.tables.values():
-            table.close()
-
-    def open_map(self, name: str) -> _bpf.Map:
-        """One of the program's tables by its bcc name, as a Map the caller closes."""
-        if name not in self.tables:
-            raise BccError("program %s has no table named %s" % (self.name, name))
-        return _bpf.Map.from_id(self.tables[name].info["id"])
-
-    def carry_over(self) -> list[str]:
-        """Copy what the tables pinned in maps_dir hold (an earlier program's) into the new tables of the same
-        name and layout; return the names copied."""
-        copied = []
-        for name, table in self.tables.items():
-            path = os.path.join(self.maps_dir, name)
-            if table.info["type"] not in COPIED_TYPES or not os.path.exists(path):
+def carry_over(loaded: _loader.Loaded) -> list[str]:
+    """Copy what the tables pinned in maps_dir hold (an earlier program's) into the new tables of the same name and
+    layout; return the names copied."""
+    copied = []
+    for name, table in loaded.tables.items():
+        path = os.path.join(loaded.maps_dir, name)
+        if table.info["type"] not in COPIED_TYPES or not os.path.exists(path):
+            continue
+        with _bpf.Map.from_pin(path) as old:
+            same = all(old.info[k] == table.info[k] for k in ("type", "key_size", "value_size", "max_entries"))
+            if not same or old.info["id"] == table.info["id"]:
                 continue
-            with _bpf.Map.from_pin(path) as old:
-                same = all(old.info[k] == table.info[k] for k in ("type", "key_size", "value_size", "max_entries"))
-                if not same or old.info["id"] == table.info["id"]:
-                    continue
-                for key, value in old.items():
-                    if table.percpu:
-                        value = b"".join(part.ljust(table.slot, b"\0") for part in value)
-                    table.update(key, value)
-            copied.append(name)
-        return copied
-
-    def pin_maps(self) -> None:
-        """Pin the tables under maps_dir (once the program is on its hook) and drop pins of tables it lost."""
-        if not self.maps_dir:
-            return
-        for name, table in self.tables.items():
-            _pins.PinDir.replace_pin(table, os.path.join(self.maps_dir, name))
-        for name in os.listdir(self.maps_dir):
-            if name not in self.tables:
-                os.unlink(os.path.join(self.maps_dir, name))
+            for key, value in old.items():
+                if table.percpu:
+                    value = b"".join(part.ljust(table.slot, b"\0") for part in value)
+                table.update(key, value)
+        copied.append(name)
+    return copied
 
 
 def _function_names(bcc, module) -> list[str]:
@@ -300,13 +268,13 @@ class Loader:
 
     def __call__(self, path: str, program: str | None, prog_type: str, constants: dict | None = None,
                  maps_dir: str | None = None, load_as: str | None = None,
-                 section: str | None = None) -> BccLoaded:  # pylint: disable=unused-argument
+                 section: str | None = None) -> _loader.Loaded:  # pylint: disable=unused-argument
         # section: a bcc source has no ELF sections (prepare_backend refuses the option with bcc).
         return load(path, program, load_as or prog_type, self.cflags, self.kernel_headers, maps_dir, constants)
 
 
 def load(path: str, program: str | None, prog_type: str, cflags: list[str], kernel_headers: str | None,
-         maps_dir: str | None = None, constants: dict | None = None) -> BccLoaded:
+         maps_dir: str | None = None, constants: dict | None = None) -> _loader.Loaded:
     """Compile path with bcc, load one function as prog_type; with maps_dir, carry the tables pinned there over."""
     if constants:
         raise BccError("constants are not available with backend bcc (a bcc source has no load-time globals); "
@@ -336,13 +304,13 @@ def load(path: str, program: str | None, prog_type: str, cflags: list[str], kern
             err = {os.strerror(n): n for n in errno.errorcode}.get(match.group(1)) if match else None
             raise _bpf.BpfError("the kernel rejected program %s of %s (compiled by bcc)" % (name, path), err,
                                 log="\n".join(messages) or str(exc))
-        loaded = BccLoaded(name, _bpf.Program(os.dup(function.fd), name), _tables(bcc, compiled.module), maps_dir)
+        loaded = as_loaded(name, _bpf.Program(os.dup(function.fd), name), _tables(bcc, compiled.module), maps_dir)
     finally:
         # bcc's own fds: the program and its tables live on through the duplicates.
         compiled.cleanup()
     if maps_dir:
         try:
-            loaded.carry_over()
+            carry_over(loaded)
         except Exception:
             loaded.close()
             raise

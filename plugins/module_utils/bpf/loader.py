@@ -19,7 +19,7 @@ import os
 import re
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
-from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
+from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
 # Where programs of each type live in the C source, for the "wrong type" message.
@@ -157,25 +157,39 @@ def resolve_constants(constants: dict | None) -> dict:
 
 
 class Loaded:
-    """A program in the kernel, held by this process until close() (or the end of `with`).
+    """A program in the kernel, held by this process until close() (or the end of `with`): what every backend
+    loads (bpf/backend), libbpf from an object (from_object), bcc from a source (bpf/bcc).
 
     name: the program's function name; program: its Program (own fd); info: its
-    prog info; data_sha256: digest of its .rodata/.data/.bss as loaded (constants
-    included); maps: map name -> pin path (empty when the maps were kept out of bpffs).
+    prog info; data_sha256: digest of what else makes it the same program (libbpf:
+    its .rodata/.data/.bss as loaded, constants included; bcc: its tables' layout);
+    maps: map name -> pin path (empty when the maps were kept out of bpffs);
+    tables: maps this process holds by name to pin once the program is on its
+    hook (bcc's), None where the load pinned them (libbpf's).
     """
 
-    def __init__(self, obj: _bpf.BpfObject, name: str, data_sha256: str, maps_dir: str | None,
-                 constants: dict | None = None):
+    def __init__(self, name: str, program: _bpf.Program, data_sha256: str, maps_dir: str | None,
+                 maps: dict[str, str], tables: dict[str, _bpf.Map] | None = None, path: str | None = None,
+                 data: bytes | None = None, constants: dict | None = None):
         self.name = name
+        self.program = program
+        self.info = program.info()
         self.data_sha256 = data_sha256
-        # How it was loaded, for a hook that loads its own copy (libxdp's dispatcher, see hooks.xdp_dispatcher).
-        self.path = obj.path
-        self.data = obj.data
-        self.constants = constants
         self.maps_dir = maps_dir
-        self.program = obj.program(name)
-        self.info = self.program.info()
-        self.maps = {m: os.path.join(maps_dir, m) for m in obj.map_names()} if maps_dir else {}
+        self.maps = maps
+        self.tables = tables
+        # How it was loaded, for a hook that loads its own copy (libxdp's dispatcher, see hooks.xdp_dispatcher).
+        self.path = path
+        self.data = data
+        self.constants = constants
+
+    @classmethod
+    def from_object(cls, obj: _bpf.BpfObject, name: str, data_sha256: str, maps_dir: str | None,
+                    constants: dict | None = None) -> Loaded:
+        """Program `name` of a loaded object, its maps as the object pinned them in maps_dir."""
+        maps = {m: os.path.join(maps_dir, m) for m in obj.map_names()} if maps_dir else {}
+        return cls(name, obj.program(name), data_sha256, maps_dir, maps, path=obj.path, data=obj.data,
+                   constants=constants)
 
     def __enter__(self):
         return self
@@ -185,12 +199,27 @@ class Loaded:
 
     def close(self) -> None:
         self.program.close()
+        for table in (self.tables or {}).values():
+            table.close()
 
     def pin_maps(self) -> None:
-        """Nothing to do: libbpf pinned (or reused) the maps when it loaded them (bcc's loader pins here)."""
+        """Once the program is on its hook: the tables it holds pinned under maps_dir by name, and pins of tables
+        it no longer has dropped. Nothing for libbpf's maps, pinned (or reused) when they were loaded."""
+        if self.tables is None or not self.maps_dir:
+            return
+        for name, table in self.tables.items():
+            _pins.PinDir.replace_pin(table, os.path.join(self.maps_dir, name))
+        for name in os.listdir(self.maps_dir):
+            if name not in self.tables:
+                os.unlink(os.path.join(self.maps_dir, name))
 
     def open_map(self, name: str) -> _bpf.Map:
-        """One of the program's maps by name (pinned or not), as a Map the caller closes."""
+        """One of the program's maps by name (pinned or not; a table by the name its source gives it), as a Map
+        the caller closes."""
+        if self.tables is not None:
+            if name not in self.tables:
+                raise LoadError("program %s has no table named %s" % (self.name, name))
+            return _bpf.Map.from_id(self.tables[name].info["id"])
         for map_id in self.info["map_ids"]:
             found = _bpf.Map.from_id(map_id)
             if found.info["name"] == name:
@@ -265,7 +294,7 @@ def load(path: str, program: str | None, prog_type: str, constants: dict | None 
         as_hook(obj, name, load_as or prog_type, devmap)
         data_sha256 = prepare(obj, name, constants, maps_dir)
         obj.load()
-        return Loaded(obj, name, data_sha256, maps_dir, constants)
+        return Loaded.from_object(obj, name, data_sha256, maps_dir, constants)
 
 
 def prepare(obj: _bpf.BpfObject, name: str, constants: dict | None, maps_dir: str | None) -> str:

@@ -70,9 +70,8 @@ from typing import Callable
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns, session as _session
 from ansible_collections.ebpf.xdp.plugins.module_utils.host.journal import Journal
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import (
-    bcc as _bcc, libbpf as _bpf, loader as _loader, pins as _pins, record as _record)
+    backend as _backend, libbpf as _bpf, loader as _loader, pins as _pins, record as _record)
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import observed as _observed, revisions as _revisions
-from ansible_collections.ebpf.xdp.plugins.module_utils.bpf.compile import sha256_file
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 # The one reach above the hooks layer: the pinned maps' layouts come from maps/btf's walk (issue 39 moves the
 # comparison into the host state it reads once per task).
@@ -134,8 +133,8 @@ class Desired:
     shared_maps: str | None = None
     # sha256:<hex> the object must have (the task's checksum); checked before anything is loaded.
     checksum: str | None = None
-    # backend bcc: a bcc-dialect source compiled at load time (see _bcc) in place of the object.
-    backend: str = "libbpf"
+    # backend bcc: a bcc-dialect source compiled at load time (see bpf/bcc) in place of the object (bpf/backend).
+    backend: str = _backend.LIBBPF
     source: str | None = None
     cflags: list = dataclasses.field(default_factory=list)
     kernel_headers: str | None = None
@@ -167,32 +166,24 @@ class Desired:
         return self.revision == _revisions.PREVIOUS
 
     @property
+    def loads_with(self):
+        """The backend the task names (bpf/backend): what the program comes from and what loads it."""
+        return _backend.select_backend(self.backend)
+
+    @property
     def path(self) -> str | None:
-        """The file the program comes from: the object, or the bcc source."""
-        return self.source if self.backend == "bcc" else (self.object_source or self.object)
+        """The file the program comes from: the object (a revision's: its copy in the store), or the bcc source."""
+        return self.loads_with.path(self)
 
     def require_file(self) -> None:
-        (_bcc.require_source if self.backend == "bcc" else _loader.require_object)(self.path)
+        self.loads_with.require(self.path)
 
     def loader(self) -> Callable:
         """What loads the program: libbpf from the object, or bcc from the source (same signature)."""
-        return _bcc.Loader(self.cflags, self.kernel_headers) if self.backend == "bcc" else _loader.load
+        return self.loads_with.loader(self)
 
     def identity(self, object_sha256: str, resolved_constants: dict) -> dict:
-        if self.backend == "bcc":
-            # bcc compiles against the running kernel's headers: another kernel (or headers tree) is another
-            # program, so a host booted into a new kernel reloads on the next run.
-            return {"backend": "bcc", "object": None, "object_sha256": None, "source": self.source,
-                    "source_sha256": object_sha256, "cflags": self.cflags, "kernel_release": _bcc.kernel_release(),
-                    "kernel_headers": self.kernel_headers, "program": self.program, "constants": {},
-                    "resolved_constants": {}, "shared_maps": None}
-        # "program" and "section" stay as asked (both None: the only program of its type), so the next run
-        # matches; the record's program_name says which program that was.
-        # The resolved constants make a target interface re-created with a new ifindex a change.
-        # A program is bound to its maps when loaded: another map set is another program.
-        return {"object": self.object, "object_sha256": object_sha256, "program": self.program,
-                "section": self.section, "constants": self.constants, "resolved_constants": resolved_constants,
-                "shared_maps": self.shared_maps}
+        return self.loads_with.identity(self, object_sha256, resolved_constants)
 
 
 # The options an attachment's entry (its adapter's entry_of) leaves out, as the argument specs default them: what a
@@ -618,14 +609,12 @@ class Converger:
         # The object's bytes are read and hashed once, and those very bytes are what is loaded (and kept in the
         # object store): the file changing after the check changes nothing. A revision put back from the store
         # must hash to the digest it is kept as.
-        if self.desired.backend == "bcc":
-            digest = sha256_file(path)
-        elif self.desired.object_source:
+        if self.desired.object_source:
             digest = os.path.basename(path)[:-len(".o")]
             self.object_data = _revisions.ObjectStore(os.path.dirname(path)).verified(
                 digest, "the previous revision of %s" % self.hook.label)
         else:
-            self.object_data, digest = _loader.read_object(path)
+            self.object_data, digest = self.desired.loads_with.read(path)
         # Before the kernel sees anything of it, in check mode too, and even when the program attached now
         # came from this very file: the digest in the task is what the operator vouched for.
         _loader.verify_checksum(path, digest, self.desired.checksum)
@@ -698,7 +687,7 @@ class Converger:
         what map_migration does not allow, and return the pins a reset sets aside. bcc's tables are its own."""
         self.map_reviews = []
         maps_dir = self.maps_dir(self.desired.shared_maps)
-        if self.desired.backend == "bcc" or not os.path.isdir(maps_dir) or not os.listdir(maps_dir):
+        if not self.desired.loads_with.reviews_maps or not os.path.isdir(maps_dir) or not os.listdir(maps_dir):
             return _migration.Reset([])
         self.map_reviews = _migration.review(self.desired.path, maps_dir, self.desired.map_migration,
                                              self.object_data, self.desired.map_rename)

@@ -194,7 +194,7 @@ def pytest_collection_modifyitems(session, config, items):  # pylint: disable=un
     kernel_either, and make test's positive tests of each module and role on 6.1 (debian12); --vm chooses whether
     the VM tests run.
 
-    make integration-shared runs the tests on two workers (pytest-xdist, --dist loadfile): a file's tests run on
+    make integration-shared runs the tests on three workers (pytest-xdist, --dist loadfile): a file's tests run on
     one worker, in order, with its module fixtures set up once; tests that share fixed host state (the lab's
     namespaces) are in one file. xdist hands out the files in this order, so the files that take minutes go
     first (LONGEST_FIRST): started last, one of them would leave the other worker idle at the end. Only with

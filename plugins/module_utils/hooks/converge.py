@@ -215,7 +215,7 @@ class SetMate:
         for held in (self.way_back, self.on_hook):
             if held is not None:
                 held.close()
-        self.on_hook = None
+        self.way_back = self.on_hook = None
 
     def report(self) -> dict:
         out = {"interface": self.hook.ifname, "hook": self.hook.name, "id_before": self.observed.prog_id}
@@ -696,6 +696,13 @@ class Converger:
             raise _migration.MigrationError(message)
         return _migration.Reset(self.map_reviews)
 
+    def _drop_mates(self) -> None:
+        """After a failed upgrade put the set's other attachments back: their held programs and pins are closed
+        here, since the result names none of them (a datapath task goes on to its next entries)."""
+        for mate in self.mates:
+            mate.close()
+        self.mates = []
+
     def _set_mates(self, identity: dict, locks: contextlib.ExitStack | None) -> list[SetMate]:
         """The other attachments of the map set whose layout this upgrade changes: each moves to the new maps with
         it, its own program loaded from the same object (a rollback: each puts back its previous revision, which
@@ -907,7 +914,7 @@ class Converger:
                 if self.mates:
                     words += ", and so are the map set's other attachments (%s)" % ", ".join(
                         "%s's %s program id %d" % (m.hook.ifname, m.hook.label, m.observed.prog_id) for m in self.mates)
-                self.mates = []
+                self._drop_mates()
                 if isinstance(exc, (EbpfXdpError, OSError)):
                     raise HookError("%s; the upgrade was undone: %s" % (exc, words)) from exc
                 raise
@@ -915,7 +922,7 @@ class Converger:
                 for mate in self.mates:
                     if mate.record is not None:
                         self._mate_objects(mate).release(mate.record, mate.observed.record)
-                self.mates = []
+                self._drop_mates()
                 reset.undo()
                 if shared and self.maps_dir(shared) in created:
                     shutil.rmtree(self.maps_dir(shared))  # a new set: only this run's maps are in it

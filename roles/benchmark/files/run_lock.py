@@ -24,6 +24,7 @@ fails naming it. Standard library only: it runs on the host.
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import socket
@@ -38,6 +39,11 @@ POLL = 1.0
 def _boot_id() -> str:
     with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as src:
         return src.read().strip()
+
+
+def _pid_namespace() -> str:
+    """This process's pid namespace: a container on the controller shares its boot id, not its pids."""
+    return os.readlink("/proc/self/ns/pid")
 
 
 def _start_time(pid: int) -> str | None:
@@ -74,7 +80,7 @@ def holder() -> dict:
         pid = _parent(pid)
     playbook = playbook or os.getppid()
     return {"run": uuid.uuid4().hex, "controller": socket.gethostname(), "boot_id": _boot_id(),
-            "pid": playbook, "pid_start": _start_time(playbook),
+            "pid_namespace": _pid_namespace(), "pid": playbook, "pid_start": _start_time(playbook),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
@@ -87,6 +93,8 @@ def gone(other: dict) -> bool:
     """Whether the holder's run is over: its controller is this machine and its ansible-playbook is not running."""
     if other.get("boot_id") != _boot_id():
         return False  # another machine (or an earlier boot, whose /run is gone anyway)
+    if other.get("pid_namespace", _pid_namespace()) != _pid_namespace():
+        return False  # a container of this machine: its pid means nothing here
     pid = other.get("pid")
     return not isinstance(pid, int) or _start_time(pid) != other.get("pid_start")
 
@@ -156,6 +164,17 @@ def _write(path: str, me: dict, replace: bool) -> bool:
         os.close(directory)
 
 
+def _take_over(path: str, me: dict, other: dict) -> bool:
+    """Replace the lock of a holder found gone, if it still names that holder. Two runs that both found it gone
+    take turns on the directory's flock, so the second reads the first's lock and waits for it."""
+    directory = _directory(os.path.dirname(path))
+    try:
+        fcntl.flock(directory, fcntl.LOCK_EX)
+        return read(path) == other and _write(path, me, replace=True)
+    finally:
+        os.close(directory)  # and its flock with it
+
+
 def take(path: str, me: dict, wait: float) -> dict:
     """Take the lock for run me, waiting up to wait seconds; what it waited for (and how long), or LockError."""
     began = time.monotonic()
@@ -169,8 +188,7 @@ def take(path: str, me: dict, wait: float) -> dict:
                 break
             continue
         if other and gone(other):
-            # Replaced only if it still names the holder found gone (another run may have taken it meanwhile).
-            if read(path) == other and _write(path, me, replace=True):
+            if _take_over(path, me, other):
                 taken_over = other
                 break
             continue

@@ -223,7 +223,9 @@ MODULES_ON_REQUEST = ("act_bpf", "cls_bpf", "cls_u32", "sch_ingress", "pktgen")
 
 def _host(module, args):
     """What a refused call must leave as it found it: the programs and qdiscs of the namespaces it names, the
-    pins under its pin_root, the kernel modules a call loads on request (MODULES_ON_REQUEST)."""
+    pins under its pin_root, the kernel modules a call loads on request (MODULES_ON_REQUEST). pktgen only for the
+    pktgen module, the one that loads it: the other worker's pktgen tests load it meanwhile."""
+    on_request = [m for m in MODULES_ON_REQUEST if m != "pktgen" or module == "pktgen"]
     import pin_snapshot
     namespaces = {args.get("netns")} | {e.get("netns") for e in _tc_entries(module, args) + _xdp_entries(module, args)}
     namespaces |= set(args.get("namespaces") or ())
@@ -232,8 +234,8 @@ def _host(module, args):
     return {"programs": {ns: pin_snapshot.programs(ns) for ns in namespaces},
             "qdiscs": {ns: pin_snapshot.qdiscs(ns) for ns in namespaces},
             "pins": pin_snapshot.tree(pin_root, pinned=True) if pin_root else None,
-            "modules": [m for m in pin_snapshot.kernel_modules() or () if m in MODULES_ON_REQUEST],
-            "pktgen": os.path.isdir("/proc/net/pktgen")}
+            "modules": [m for m in pin_snapshot.kernel_modules() or () if m in on_request],
+            "pktgen": os.path.isdir("/proc/net/pktgen") if module == "pktgen" else None}
 
 
 class Watch(object):

@@ -52,7 +52,7 @@ integration: integration-shared integration-quiet
 # The integration tests that can share the machine with other work, and those
 # marked quiet (they measure rates or timing), with the toolchain target.
 # Three workers on two CPUs: a worker waits for its Ansible runs, exporters, Prometheus and the lab's hosts much
-# of its time (test_xdp_metrics: 65 s of CPU in 143 s), while tests that only start modules keep a CPU busy.
+# of its time (two of test_xdp_metrics' tests: 65 s of CPU in 143 s), while tests that only start modules keep a CPU busy.
 integration-shared:
 	$(PYTEST) -q -rxs --durations=25 --vm=without -m "not quiet" -n 3 --dist loadfile --no-loadscope-reorder \
 		--junitxml=.build/test-logs/integration-shared.xml tests/integration

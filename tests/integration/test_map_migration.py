@@ -376,10 +376,11 @@ def test_fields_refuses_what_no_copy_carries_and_changes_nothing(run, pair, obje
 FRAMES = 600000
 
 
-def upgrade_under_traffic(run, pair, module, args, frames=FRAMES, refused=False, env=None):
+def upgrade_under_traffic(run, pair, module, args, frames=FRAMES, refused=False, env=None, a1_mac=None):
     """module upgrades with args while the generator sends frames to the receiver: the upgrade's result, once
     every frame was sent, and proof that the upgrade (its copy, swap and top-up) ran while they arrived; with
-    refused, the upgrade's failed result instead."""
+    refused, the upgrade's failed result instead. With a1_mac, as many frames go to a1 (a map set's other
+    attachment) meanwhile."""
     import threading  # pylint: disable=import-outside-toplevel
     import time  # pylint: disable=import-outside-toplevel
 
@@ -392,15 +393,19 @@ def upgrade_under_traffic(run, pair, module, args, frames=FRAMES, refused=False,
                                                count=frames, size=SIZE, engine="socket")))
         windows["sender"] = (windows["sender"], time.monotonic())
 
-    thread = threading.Thread(target=sender)
-    thread.start()
+    threads = [threading.Thread(target=sender)]
+    if a1_mac:
+        threads.insert(0, threading.Thread(target=send_a1, args=(run, pair, a1_mac, frames)))
+    for thread in threads:
+        thread.start()
     try:
         time.sleep(0.3)  # the sender's module started and sending
         start = time.monotonic()
         upgraded = run(module, args, env=env)
         windows["upgrade"] = (start, time.monotonic())
     finally:
-        thread.join()
+        for thread in threads:
+            thread.join()
     assert (upgraded.get("failed") and not upgraded["changed"]) if refused else \
         (upgraded["changed"] and not upgraded.get("failed")), upgraded
     assert sent["sent"] == {"udp": frames}, sent
@@ -430,7 +435,6 @@ def test_an_upgrade_failing_after_its_swap_under_traffic_carries_back_what_the_n
     (on eth0, and on a1 too when a1 shares the set): every old program goes back on its hook, and what the new
     programs counted in their moments there is added to the old map before the new one is dropped, so the old
     map ends with every frame sent, once."""
-    import threading  # pylint: disable=import-outside-toplevel
     from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge  # pylint: disable=import-outside-toplevel
 
     a1_mac = second_port(pair)
@@ -443,15 +447,9 @@ def test_an_upgrade_failing_after_its_swap_under_traffic_carries_back_what_the_n
     pin = attached[0]["maps"]["stats"]
     send(run, pair, 100)
     before = [pair.xdp_prog_id(dev=ifname) for ifname in ports]
-    a1_sender = threading.Thread(target=send_a1, args=(run, pair, a1_mac, FRAMES))
-    if shared:
-        a1_sender.start()
-    try:
-        failed = upgrade_under_traffic(run, pair, "xdp_program", dict(args, interface="eth0", object=objects["swapped"]),
-                                       refused=True, env={_converge.FAULT_POINT_ENV: "raise:before_retire"})
-    finally:
-        if shared:
-            a1_sender.join()
+    failed = upgrade_under_traffic(run, pair, "xdp_program", dict(args, interface="eth0", object=objects["swapped"]),
+                                   refused=True, env={_converge.FAULT_POINT_ENV: "raise:before_retire"},
+                                   a1_mac=a1_mac if shared else None)
     assert "fault injected at before_retire; the upgrade was undone" in failed["msg"], failed
     assert not any("could not be carried back" in w for w in failed.get("warnings", [])), failed
     assert [pair.xdp_prog_id(dev=ifname) for ifname in ports] == before
@@ -464,7 +462,6 @@ def test_a_shared_map_set_under_traffic_counts_every_frame_once(run, pair, objec
     """A map set shared by two interfaces, each receiving frames while eth0's upgrade (fields swapped) moves both
     to the new map: until the second swap, a1's frames go to the old map and eth0's to the new one; after it,
     what the old map gained since the copy is added, so the one map ends with every frame of both, once."""
-    import threading  # pylint: disable=import-outside-toplevel
 
     a1_mac = second_port(pair)
     args = dict(netns=pair.rx, object=objects["v1"], program="xdp_count_rec", shared_maps="counters")
@@ -472,13 +469,8 @@ def test_a_shared_map_set_under_traffic_counts_every_frame_once(run, pair, objec
     assert all(one["changed"] and not one.get("failed") for one in attached), attached
     pin = attached[0]["maps"]["stats"]
     send(run, pair, 100)
-    a1_sender = threading.Thread(target=send_a1, args=(run, pair, a1_mac, FRAMES))
-    a1_sender.start()
-    try:
-        upgraded = upgrade_under_traffic(run, pair, "xdp_program", dict(args, interface="eth0",
-                                                                        object=objects["swapped"]))
-    finally:
-        a1_sender.join()
+    upgraded = upgrade_under_traffic(run, pair, "xdp_program", dict(args, interface="eth0", object=objects["swapped"]),
+                                     a1_mac=a1_mac)
     assert upgraded["shared_maps_moved"][0]["interface"] == "a1", upgraded
     assert pair.xdp_prog_id(dev="a1") == upgraded["shared_maps_moved"][0]["id"] != attached[1]["id"]
     assert sh("ls", "-A", pin.rpartition("/")[0]).stdout.split() == ["stats"]
@@ -597,7 +589,6 @@ def test_tc_fields_under_traffic_counts_every_frame_once(run, pair, tc_objects, 
 def test_a_shared_tc_map_set_under_traffic_counts_every_frame_once(run, pair, tc_objects, method):
     """The same at tc ingress of two interfaces sharing a map set, held by tcx links (each updated in turn) or
     cls_bpf filters (each replaced in place): both move, every frame of both counted once."""
-    import threading  # pylint: disable=import-outside-toplevel
 
     a1_mac = second_port(pair)
     args = dict(netns=pair.rx, program="tc_count_rec", method=method, shared_maps="counters")
@@ -605,13 +596,8 @@ def test_a_shared_tc_map_set_under_traffic_counts_every_frame_once(run, pair, tc
     assert all(one["changed"] and not one.get("failed") and one["method"] == method for one in attached), attached
     pin = attached[0]["maps"]["stats"]
     send(run, pair, 100)
-    a1_sender = threading.Thread(target=send_a1, args=(run, pair, a1_mac, FRAMES))
-    a1_sender.start()
-    try:
-        upgraded = upgrade_under_traffic(run, pair, "tc_program", dict(args, interface="eth0",
-                                                                       object=tc_objects["swapped"]))
-    finally:
-        a1_sender.join()
+    upgraded = upgrade_under_traffic(run, pair, "tc_program", dict(args, interface="eth0", object=tc_objects["swapped"]),
+                                     a1_mac=a1_mac)
     assert [(m["interface"], m["hook"]) for m in upgraded["shared_maps_moved"]] == [("a1", "tc_ingress")], upgraded
     assert upgraded["method"] == method and upgraded["maps"]["stats"] == pin, upgraded
     same = run("tc_program", dict(args, interface="a1", object=tc_objects["swapped"]))

@@ -754,3 +754,65 @@ def test_a_group_written_by_hand_is_not_taken_over(run_distro, mcast_obj, drop_o
         res = sw.group(id=1, members=["p0"])
         assert res.get("failed") and "devmap_group did not create it" in res["msg"], res
         assert sw.ok(name="auto", members=["p0"])["id"] == 2  # a free id is one nobody uses
+
+
+# ---------------------------------------------------------------- a map set migrated (issue 40)
+
+
+@pytest.fixture(scope="module")
+def mcast_obj_more_groups(tmp_path_factory):
+    """xdp_multicast with room for 512 groups: mcast_groups, mcast_config and the group counters grow (another
+    layout of the set's maps, the same programs)."""
+    directory = tmp_path_factory.mktemp("mcast_512")
+    with open(os.path.join(BPF_DIR, "include", "mcast_groups.h")) as handle:
+        header = handle.read()
+    assert "#define MCAST_MAX_GROUPS 256" in header
+    (directory / "mcast_groups.h").write_text(header.replace("#define MCAST_MAX_GROUPS 256",
+                                                             "#define MCAST_MAX_GROUPS 512"))
+    with open(os.path.join(BPF_DIR, "xdp_multicast.bpf.c")) as handle:
+        (directory / "xdp_multicast.bpf.c").write_text(handle.read())
+    # The source's own directory first: its "mcast_groups.h" is this one.
+    return compile_bpf(directory / "xdp_multicast.bpf.c", directory / "xdp_multicast.o",
+                       [os.path.join(BPF_DIR, "include")])
+
+
+def test_a_group_written_again_after_its_map_set_is_reset_delivers_again(run, mcast_obj, mcast_obj_more_groups,
+                                                                         drop_obj, pin_root):
+    """p0's upgrade to an object with room for more groups resets the set's maps (mcast_groups holds devmaps,
+    which no copy carries: map_migration: fields refuses it by name) and moves p1 and p2 with it; the group is
+    gone from the new maps, so nothing is delivered until devmap_group writes it again, in the four-step rhythm;
+    then every member gets every frame again."""
+    n = 20
+    with switch(3, mcast_obj, drop_obj, run, pin_root) as sw:
+        group = dict(name="video", members=["p0", "p1", "p2"], addresses=[V4], netns=sw.ports.sw,
+                     pin_root=pin_root)
+        assert sw.ok(**group)["changed"]
+        sw.send(0, [("udp", sw.udp())], n)
+        expected = [{}, {17: n}, {17: n}]
+        assert eventually(sw.all_received, expected) == expected
+        upgrade = dict(interface="p0", netns=sw.ports.sw, object=mcast_obj_more_groups, program="xdp_multicast",
+                       mode="generic", shared_maps=SET, pin_root=pin_root)
+        refused = run("xdp_program", upgrade)
+        assert refused.get("failed") and "map mcast_groups: a hash_of_maps holds maps, which a copy by value " \
+            "cannot carry; map_migration: reset starts it empty" in refused["msg"], refused
+        before = sw.prog_ids()
+        reset, _again = assert_rhythm(run, "xdp_program", dict(upgrade, map_migration="reset"))
+        outcomes = {m["map"]: m["outcome"] for m in reset["map_migration"]}
+        assert outcomes["mcast_groups"] == outcomes["mcast_config"] == "reset", reset
+        assert [m["interface"] for m in reset["shared_maps_moved"]] == ["p1", "p2"], reset
+        now = sw.prog_ids()
+        assert all(old != new for old, new in zip(before, now)), (before, now)
+        with _devmap.MapSet(sw.set_dir, SET) as mset:
+            assert mset.group_ids() == [], "the reset maps start empty"
+        sw.send(0, [("udp", sw.udp())], n)
+        assert eventually(sw.all_received, expected) == expected, "no group, no copies"
+        rebuilt, _second = assert_rhythm(run, "devmap_group", group)
+        assert rebuilt["id"] == 1 and [m["name"] for m in rebuilt["members"]] == ["p0", "p1", "p2"], rebuilt
+        with _devmap.MapSet(sw.set_dir, SET) as mset:
+            assert mset.group_ids() == [1] and sorted(mset.members(1)) == sorted(sw.ports.ifindex)
+        sw.send(0, [("udp", sw.udp())], n)
+        expected = [{}, {17: 2 * n}, {17: 2 * n}]
+        assert eventually(sw.all_received, expected) == expected
+        sw.send(2, [("udp", sw.udp(port=2))], n)
+        expected = [{17: n}, {17: 3 * n}, {17: 2 * n}]
+        assert eventually(sw.all_received, expected) == expected

@@ -704,6 +704,27 @@ def test_fields_refuses_a_key_field_removed_without_a_rule(run, pair, objects):
         assert host(pair, attached) == before
 
 
+@pytest.mark.kernel("xdp_dispatcher")
+def test_a_named_attachment_migrates_its_maps_by_field_name(run, pair, objects):
+    """A named XDP attachment (one program in libxdp's dispatcher) upgraded to the swapped layout: its stats carried
+    by field name in the four-step rhythm, as an attachment of its own would be. Where the kernel cannot run the
+    dispatcher, the first attach is refused in the collection's words with nothing changed (kernel_features)."""
+    args = dict(interface="eth0", netns=pair.rx, object=objects["v1"], program="xdp_count_rec", name="counting",
+                priority=10, mode="generic")
+    attached = run("xdp_program", args)
+    assert attached["changed"] and not attached.get("failed") and attached["attach"] == "dispatcher", attached
+    send(run, pair, 100)
+    assert read_u64s(attached["maps"]["stats"])[bytes(4)] == (100, 100 * SIZE)
+    upgrade = dict(args, object=objects["swapped"])
+    predicted = run("xdp_program", upgrade, check=True)
+    assert [m["outcome"] for m in predicted["map_migration"]] == ["migrated"], predicted
+    first, _second = assert_rhythm(run, "xdp_program", upgrade)
+    assert untimed(first["map_migration"]) == [dict(predicted["map_migration"][0])], first
+    assert first["maps"] == attached["maps"] and first["attach"] == "dispatcher", first
+    send(run, pair, 50)
+    assert read_u64s(attached["maps"]["stats"])[bytes(4)] == (150 * SIZE, 150)
+
+
 @pytest.mark.parametrize("version", ["swapped", "added"])
 def test_revision_previous_migrates_back_by_field_name(run, pair, objects, counting, version, tmp_path):
     """The rollback of a migrating upgrade carries the counters back into the previous layout (the previous

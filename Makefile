@@ -9,7 +9,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.build/collections
 export ANSIBLE_FORCE_COLOR ?= 0
 PYTEST := $(VENV)/bin/python -m pytest
 
-.PHONY: setup deploy lab-up lab-down vm-up vm-down test test-vm test-debian12 unit integration integration-shared integration-quiet benchmark-smoke sanity lint docs docs-lint molecule ee benchmark clean
+.PHONY: setup deploy lab-up lab-down vm-up vm-down test test-long test-vm test-debian12 unit integration integration-shared integration-quiet benchmark-smoke sanity lint docs docs-lint molecule ee benchmark clean
 
 setup:
 	@bash scripts/setup.sh
@@ -54,8 +54,15 @@ integration: integration-shared integration-quiet
 # Three workers on two CPUs: a worker waits for its Ansible runs, exporters, Prometheus and the lab's hosts much
 # of its time (two of test_xdp_metrics' tests: 65 s of CPU in 143 s), while tests that only start modules keep a CPU busy.
 integration-shared:
-	$(PYTEST) -q -rxs --durations=25 --vm=without -m "not quiet" -n 3 --dist loadfile --no-loadscope-reorder \
-		--junitxml=.build/test-logs/integration-shared.xml tests/integration
+	$(PYTEST) -q -rxs --durations=25 --vm=without -m "not quiet and not long" -n 3 --dist loadfile \
+		--no-loadscope-reorder --junitxml=.build/test-logs/integration-shared.xml tests/integration
+
+# The integration tests marked long, which make test leaves out: the rest of the migration's kill and fault
+# matrices, the sliced rollouts but one, a later batch's fault, two benchmark runs at once (tests/integration,
+# conftest's long marker).
+test-long: setup
+	$(PYTEST) -q -rxs --durations=25 --vm=without -m long -n 3 --dist loadfile --no-loadscope-reorder \
+		--junitxml=.build/test-logs/test-long.xml tests/integration
 
 integration-quiet:
 	$(PYTEST) -q -rxs --durations=10 --vm=without -m quiet tests/integration

@@ -106,13 +106,16 @@ done
 # share it run on two workers, a file's tests on one (as make
 # integration-shared does here); those marked quiet (rates, timing,
 # snapshots of the whole host) after them, alone.
+# make test-vm leaves the tests marked long to make test-long (here) and make test-debian12.
 if [[ -n $all ]]; then
 	which="every integration test but the controller's (${CONTROLLER_ONLY[*]})"
 	select="--durations=25"
+	not_long=
 	for name in "${CONTROLLER_ONLY[@]}"; do select+=" --ignore tests/integration/$name"; done
 else
 	which="the kernel-dependent tests"
 	select="--durations=15 --kernel-dependent --ignore tests/integration/test_bcc_backend.py"
+	not_long=" and not long"
 fi
 # PYTHONUNBUFFERED: the progress shows as it comes (through SSH's pipe it would come in blocks).
 in_vm() { # what, pytest arguments...
@@ -125,7 +128,7 @@ in_vm() { # what, pytest arguments...
 	say "they took $((SECONDS - start)) s (exit status so far $rc)"
 }
 all_start=$SECONDS
-in_vm "that can share the VM, on two workers" -m "'not quiet'" -n 2 --dist loadfile --no-loadscope-reorder
-in_vm "marked quiet, alone" -m quiet
+in_vm "that can share the VM, on two workers" -m "'not quiet$not_long'" -n 2 --dist loadfile --no-loadscope-reorder
+in_vm "marked quiet, alone" -m "'quiet$not_long'"
 say "in the VM in all: $((SECONDS - all_start)) s"
 exit $rc

@@ -68,6 +68,9 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "debian12(*names): a positive test of the modules and roles named, which make "
                             "test's VM step (make test-vm) runs on Debian 12's kernel: every module and role has one "
                             "(tests/unit/test_debian12_subset.py)")
+    config.addinivalue_line("markers", "long: the rest of a long matrix or a long multi-run test, which make test "
+                            "leaves to make test-long (the cases it keeps take each path of the matrix once); make "
+                            "test-debian12 runs them on Debian 12's kernel, make test-vm does not")
 
 
 def pytest_sessionstart(session):
@@ -180,6 +183,12 @@ def pytest_terminal_summary(terminalreporter, config):  # pylint: disable=unused
     for key in ("refusals asserted", "skipped (hardware)"):
         if key in terminalreporter.stats:
             terminalreporter.stats[key] = terminalreporter.stats.pop(key)
+
+
+def long_case(*values):
+    """Parameter values that only make test-long runs (pytest.mark.long): make test keeps the cases of the matrix
+    that take each of its paths."""
+    return pytest.param(*values, marks=pytest.mark.long)
 
 
 @pytest.fixture(scope="session")

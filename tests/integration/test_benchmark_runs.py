@@ -5,7 +5,8 @@ and pid file under benchmark_objects_dir. The runs must not measure or tear down
 second waits for the first, says so, and then measures an exporter of its own.
 
 The cost host is a namespace of this test (reached through the ebpf.xdp.netns connection, as the lab's
-receiver); both runs delegate to it, with one objects directory, as two runs with the defaults do.
+receiver); both runs delegate to it, with one objects directory, as two runs with the defaults do. Two benchmark
+runs, one after the other: marked long (make test-long); the run lock's logic has unit tests in make test.
 """
 
 import json
@@ -54,6 +55,7 @@ def failures(out):
             if result.get("failed") and not result.get("skipped")]
 
 
+@pytest.mark.long
 def test_two_runs_at_once_each_measure_an_exporter_of_their_own(cost_host, tmp_path):
     inventory = tmp_path / "hosts.yml"
     inventory.write_text(yaml.safe_dump({"all": {"hosts": {cost_host: {

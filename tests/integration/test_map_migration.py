@@ -11,7 +11,7 @@ import struct
 
 import pytest
 
-from conftest import assert_rhythm, compile_bpf, sh
+from conftest import assert_rhythm, compile_bpf, long_case, sh
 from kernel_features import needs
 from test_tc_program import filters
 
@@ -413,7 +413,9 @@ def upgrade_under_traffic(run, pair, module, args, frames=FRAMES, refused=False,
     return upgraded
 
 
-@pytest.mark.parametrize("version", ["swapped", "added", "grown"])
+# make test: one layout change under traffic (the tc and map set tests below are the other hooks'); make test-long
+# every one.
+@pytest.mark.parametrize("version", ["swapped", long_case("added"), long_case("grown")])
 def test_fields_under_traffic_counts_every_frame_once(run, pair, objects, counting, version):
     """Frames keep arriving while the map is copied and the program swapped (fields swapped, a field added, more
     entries): what the old program counts after the copy is added after the swap, so the new map ends with every
@@ -508,7 +510,10 @@ def test_a_shared_map_set_upgrade_failing_at_each_step_puts_every_attachment_bac
     assert read_u64s(pin)[bytes(4)] == (120 * SIZE, 120)
 
 
-@pytest.mark.parametrize("point", ["after_load", "after_swap", "after_set_swap", "before_retire"])
+# make test: killed after eth0's swap with a1 still on the old map, on both holders; make test-long kills it at
+# each step.
+@pytest.mark.parametrize("point", [long_case("after_load"), "after_swap", long_case("after_set_swap"),
+                                   long_case("before_retire")])
 @pytest.mark.parametrize("kind", ["xdp", "cls_bpf"])
 def test_a_shared_map_set_upgrade_killed_at_each_step_converges_with_every_counter(
         run, pair, objects, tc_objects, kind, point):
@@ -801,7 +806,10 @@ def recovered(converged):
     return [w.split(" (")[0] for w in converged.get("warnings", []) if w.startswith("map stats: an upgrade stopped")]
 
 
-@pytest.mark.parametrize("point", BEFORE_SWAP + AFTER_SWAP)
+# make test stops it at one step before the swap and one after it, each killed and failing (the four branches
+# below); make test-long at every step.
+@pytest.mark.parametrize("point", [point if point in ("during_copy", "after_swap") else long_case(point)
+                                   for point in BEFORE_SWAP + AFTER_SWAP])
 @pytest.mark.parametrize("fault", ["kill", "raise"])
 def test_a_migrating_upgrade_stopped_at_each_step_converges_with_every_counter(run, pair, objects, counting, point,
                                                                                fault):
@@ -847,7 +855,10 @@ def tc_on_hook(pair, method):
     return [f["options"]["prog"]["id"] for f in filters(pair.rx)]
 
 
-@pytest.mark.parametrize("point", ["after_load", "during_copy", "after_swap", "before_retire"])
+# make test: after the swap, killed and failing, on each holder (the XDP test above has the steps before it);
+# make test-long at each step.
+@pytest.mark.parametrize("point", [long_case("after_load"), long_case("during_copy"), "after_swap",
+                                   long_case("before_retire")])
 @pytest.mark.parametrize("fault", ["kill", "raise"])
 @pytest.mark.parametrize("method", [needs("tcx", "tcx"), "cls_bpf"])
 def test_a_migrating_tc_upgrade_stopped_at_each_step_converges_with_every_counter(run_distro, pair, tc_objects,

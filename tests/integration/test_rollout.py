@@ -7,7 +7,8 @@ receiver 200 frames/s all along.
 
 The lab is built once for the file; each test first brings it to the state it
 starts from (no program, or release 1 everywhere), so none depends on another
-having run, or on their order.
+having run, or on their order. The fault on a later batch is marked long (make test-long): in make test the
+canary's fault rolls back its batch only, and the scope all stops at batch 2.
 """
 
 import contextlib
@@ -240,6 +241,7 @@ def test_a_failed_gate_migrates_a_grown_map_back_into_the_old_layout(at_release_
     assert counted.get("1", 0) > 0, "the drops of the faulty release were counted, and carried back"
 
 
+@pytest.mark.long
 def test_fault_on_a_later_batch_rolls_back_that_batch(at_release_1):
     inventory, hosts = at_release_1
     rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": 2, "fleet_fault_hosts": hosts[1:2]})

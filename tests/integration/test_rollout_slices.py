@@ -6,6 +6,10 @@ assignment: hosts by name, slice k gets hosts[k-1::2]), the slices speaking thro
 Hosts h1..h4: the canary job rolls out to h1; slice 1 is h1 (its batch 1, already there) and h3, slice 2 is h2
 then h4. The releases are read back from each host's XDP facts (the program's `release` constant), not from
 the rollout's own record. Each test brings the lab to release 1 first, so none depends on another.
+
+make test runs the fault in slice 2 (the slices' shared stop, the faulty batch rolled back) and the refusals; the
+four-step workflow, the rollback scope all and the slice that never comes are marked long (make test-long): each is
+three to eight sliced jobs.
 """
 
 import json
@@ -57,6 +61,7 @@ def at_release_1(lab):  # pylint: disable=redefined-outer-name
     return lab
 
 
+@pytest.mark.long
 def test_sliced_workflow_in_the_four_steps(at_release_1):  # pylint: disable=redefined-outer-name
     lab = at_release_1
     h1 = lab.hosts[0]
@@ -94,6 +99,7 @@ def test_a_fault_in_slice_2_stops_slice_1_before_its_next_batch(at_release_1):  
     assert h4 in slices.summary(jobs[1])["untouched"]
 
 
+@pytest.mark.long
 def test_rollback_scope_all_rolls_back_the_other_slices_too(at_release_1):  # pylint: disable=redefined-outer-name
     lab = at_release_1
     h1, h2, h3, h4 = lab.hosts
@@ -111,6 +117,7 @@ def test_rollback_scope_all_rolls_back_the_other_slices_too(at_release_1):  # py
     assert releases(lab) == [2, 1, 1, 1]
 
 
+@pytest.mark.long
 def test_a_slice_that_never_comes_stops_the_others(at_release_1):  # pylint: disable=redefined-outer-name
     lab = at_release_1
     h3 = lab.hosts[2]

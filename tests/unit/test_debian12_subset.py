@@ -64,3 +64,17 @@ def test_markers_name_only_modules_and_roles():
     modules, roles = modules_and_roles()
     unknown = {name: where for name, where in marked().items() if name not in modules | roles}
     assert not unknown, "debian12 markers name no module or role: %s" % unknown
+
+
+def test_no_positive_test_on_debian12_is_marked_long():
+    """make test-vm leaves the tests marked long out (scripts/test_vm.sh): a debian12 marker on one would name a
+    test that never runs on 6.1 in make test."""
+    both = []
+    for path in sorted(glob.glob(os.path.join(INTEGRATION, "test_*.py"))):
+        with open(path) as handle:
+            tree = ast.parse(handle.read(), path)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and any(_marker_names(d) for d in node.decorator_list) and any(
+                    isinstance(d, ast.Attribute) and d.attr == "long" for d in node.decorator_list):
+                both.append("%s::%s" % (os.path.basename(path), node.name))
+    assert not both, "marked both debian12 and long: %s" % both

@@ -10,6 +10,7 @@ members' hosts, exactly.
 import contextlib
 import json
 import os
+import threading
 
 import pytest
 
@@ -17,6 +18,7 @@ import pin_snapshot
 from conftest import BPF_DIR, VENV_PYTHON, ModuleRunner, assert_rhythm, sh, xdp_attached
 from test_devmap_group import mcast_obj  # noqa: F401  # pylint: disable=unused-import
 from test_multicast_programs import Ports, counting_hosts, udp_to
+from test_tc_redirect_programs import eventually
 from test_xdp_dispatcher import burst, chain, component, loader_cleanup  # noqa: F401  # pylint: disable=unused-import
 from kernel_features import xdp_loader, xdp_tools_object
 
@@ -280,6 +282,51 @@ def test_a_task_reads_each_record_and_each_hook_once(run_distro, switch, mcast_o
     assert reads_of(session, "map set") == {set_dir: 2}, reads_of(session, "map set")
     records, hooks = reads_of(session, "record"), reads_of(session, "hook")
     assert set(records.values()) == {1} and set(hooks.values()) == {1}, (records, hooks)
+
+
+def waiting_on(lock_path):
+    """How many processes wait for the flock on lock_path now (/proc/locks' blocked "->" lines on its inode)."""
+    inode = os.stat(lock_path).st_ino
+    with open("/proc/locks") as locks:
+        return sum(1 for line in locks if " -> " in line and any(
+            field.rsplit(":", 1)[-1] == str(inode) for field in line.split() if field.count(":") == 2))
+
+
+def test_two_runs_creating_groups_in_one_set_at_once_get_distinct_ids(run_distro, switch, mcast_obj):  # noqa: F811
+    """Two datapath runs, each creating a group in one map set, both read the set (their gather) before either
+    writes, then take the set's lock one after the other: the second sees what the first wrote (the set's lock
+    generation moved since its read) and takes the next free id; both groups deliver, exactly. A re-run of each
+    is no change."""
+    ports, hosts = switch
+    res = run_distro("datapath", {"config": {"xdp": [program(ports, port, mcast_obj) for port in range(3)]}})
+    assert res["changed"] and not res.get("failed"), res
+    tasks = [{"config": {"devmap_groups": [group(ports, "one", [1], ONE)]}},
+             {"config": {"devmap_groups": [group(ports, "two", [2], TWO)]}}]
+    results = [None, None]
+    lock_path = os.path.join(_pins.LOCK_DIR, ports.sw, _pins.shared_maps_lock(SET) + ".lock")
+    with _pins.lock(ports.sw, _pins.shared_maps_lock(SET)):
+        runs = [threading.Thread(target=lambda i=i: results.__setitem__(i, run_distro("datapath", tasks[i])))
+                for i in range(2)]
+        for thread in runs:
+            thread.start()
+        # Both have gathered the set (no group yet) and wait for its lock.
+        assert eventually(lambda: waiting_on(lock_path), 2, timeout=60) == 2, results
+    for thread in runs:
+        thread.join(120)
+    assert all(r and r["changed"] and not r.get("failed") for r in results), results
+    gathered = run_distro("datapath", {"state": "gathered", "namespaces": [ports.sw]})
+    ids_by_name = {g["name"]: g["id"] for g in gathered["gathered"]["devmap_groups"]}
+    assert sorted(ids_by_name) == ["one", "two"] and sorted(ids_by_name.values()) == [1, 2], gathered
+    for name, res in zip(("one", "two"), results):  # each run's after names its group by the id it took
+        assert {g["name"]: g["id"] for g in res["after"]["devmap_groups"]}[name] == ids_by_name[name], res
+    send(ports, ONE, ONE_MAC)
+    send(ports, TWO, TWO_MAC)
+    assert received(hosts) == [0, 50, 50, 0]
+    for task in tasks:
+        again = run_distro("datapath", task)
+        assert again["changed"] is False and not again.get("failed"), again
+    # Each run that wrote the set advanced its lock's generation; the runs that changed nothing left it.
+    assert _pins.lock_generation(ports.sw, _pins.shared_maps_lock(SET)) == 2
 
 
 @pytest.mark.quiet  # snapshots of the whole host

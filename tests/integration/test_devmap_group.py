@@ -672,6 +672,7 @@ def test_bad_input_is_a_clear_error_and_changes_nothing(run_distro, mcast_obj, d
     with switch(3, mcast_obj, drop_obj, run_distro, pin_root) as sw:
         sw.ok(name="video", members=["p0", "p2"], addresses=[V4])
         before = sw.maps_state()
+        generation = set_generation(sw)
         for args, message in BAD_INPUT:
             res = sw.group(**args)
             assert res.get("failed") and re.search(message, res["msg"]), (args, res)
@@ -679,6 +680,13 @@ def test_bad_input_is_a_clear_error_and_changes_nothing(run_distro, mcast_obj, d
         # And an existing group is left as it was by a failing change of it.
         res = sw.group(name="video", members=["p1", "nope0"], exclusive=True)
         assert res.get("failed") and sw.maps_state() == before
+        # Nor did any of them tell another run that the set changed (its lock's generation).
+        assert set_generation(sw) == generation == 1
+
+
+def set_generation(sw):
+    """The generation of the map set's lock: how many runs have written the set (see _pins.HeldLock)."""
+    return _pins.lock_generation(sw.ports.sw, _pins.shared_maps_lock(SET))
 
 
 def test_a_failure_after_the_map_writes_puts_them_back(mcast_obj, drop_obj, run_distro, pin_root, monkeypatch):
@@ -702,8 +710,10 @@ def test_a_failure_after_the_map_writes_puts_them_back(mcast_obj, drop_obj, run_
             with pytest.raises(OSError, match="injected"):
                 _devmap.converge(dict(task, **args), False)
             assert sw.maps_state() == before, args
+        assert set_generation(sw) == 1  # each failure wholly undone: no other run need read the set again
         monkeypatch.undo()
         assert sw.ok(name="audio", members=["p1"], addresses=["239.2.2.2"])["id"] == 2
+        assert set_generation(sw) == 2
 
 
 def test_a_member_add_opens_each_pinned_map_once_and_writes_the_config_once(

@@ -153,6 +153,9 @@ PIN_DIRS = "pin_dirs"
 # What a map set's maps say of its groups (maps/devmap's SetState), read once per task until this run writes
 # to a map (a group's writes, a map entry's).
 MAP_SET_STATE = "map_set"
+# The generation of a map set's lock (HeldLock) when this run first read the set: under the lock, what it read
+# then is read again only when another run has changed the set since.
+MAP_SET_GENERATION = "map_set_generation"
 
 
 def hook_attachments(pin_root: str, interface_dir: str, hook: str) -> dict[str | None, PinDir]:
@@ -192,6 +195,12 @@ SHARED_MAPS = "shared_maps"
 def shared_maps_dir(pin_root: str, netns_key: str, name: str) -> str:
     """Where the map set `name` is pinned (BadNameError for a name that is no map set's)."""
     return _names.join_under(pin_root, netns_key, SHARED_MAPS, _names.check_map_set(name))
+
+
+def shared_maps_named(directory: str) -> tuple[str, str]:
+    """(netns key, set name) of a map set's directory: shared_maps_dir's inverse."""
+    netns_dir, name = os.path.split(os.path.normpath(directory))
+    return os.path.basename(os.path.dirname(netns_dir)), name
 
 
 def shared_maps_users(pin_root: str, netns_key: str, name: str) -> list[str]:
@@ -459,12 +468,60 @@ def prune_empty(path: str, stop: str) -> None:
         path = os.path.dirname(path)
 
 
+def lock_path(netns_key: str, name: str) -> str:
+    return _names.join_under(LOCK_DIR, netns_key, name + ".lock")
+
+
+def _generation(data: bytes) -> int | None:
+    """A lock file's generation: 0 for an empty one (no run has advanced it), None for what no run writes."""
+    text = data.strip()
+    if not text:
+        return 0
+    return int(text) if text.isdigit() else None
+
+
+class HeldLock:
+    """A lock this run holds (lock()), and its generation: a count in the lock file that each run which changes
+    the locked thing advances before it lets go, so that a run which read the thing before taking the lock can
+    tell, under it, whether another run changed it since (lock_generation() then, generation() now)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+
+    def generation(self) -> int | None:
+        return _generation(os.pread(self.fd, 64, 0))
+
+    def advance(self) -> int:
+        """This run changed the locked thing: the generation it leaves behind."""
+        value = (self.generation() or 0) + 1
+        data = b"%d\n" % value
+        os.pwrite(self.fd, data, 0)
+        os.ftruncate(self.fd, len(data))
+        return value
+
+
+def lock_generation(netns_key: str, name: str) -> int | None:
+    """A lock's generation read without taking it (see HeldLock): 0 for a lock no run has taken, None for one
+    that cannot be read (what is read under the lock then counts as changed). Creates nothing."""
+    try:
+        fd = os.open(lock_path(netns_key, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return 0
+    except OSError:
+        return None
+    try:
+        return _generation(os.pread(fd, 64, 0))
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
-def lock(netns_key: str, name: str, timeout: float | None = None) -> Iterator[None]:
+def lock(netns_key: str, name: str, timeout: float | None = None) -> Iterator[HeldLock]:
     """Serialise changes to one thing (an interface, a group) across concurrent module runs; with timeout, a
     PinError after that many seconds instead of waiting on (a run that holds other locks and must not wait for
-    ever on one more: a map set's migration locking its other attachments' interfaces)."""
-    path = _names.join_under(LOCK_DIR, netns_key, name + ".lock")
+    ever on one more: a map set's migration locking its other attachments' interfaces). Yields the HeldLock,
+    for what its generation tells."""
+    path = lock_path(netns_key, name)
     # Root's only, like the pins: whoever can open a lock can hold it and stall every run; and never opened
     # through a link (O_NOFOLLOW, in a directory checked to be root's alone: host/files).
     with os.fdopen(_files.open_lock(path), "w") as handle:
@@ -482,8 +539,8 @@ def lock(netns_key: str, name: str, timeout: float | None = None) -> Iterator[No
                                        "is over" % (name, timeout)) from None
                     time.sleep(0.05)
         # What the session read before the lock stands (see host/session: read once per task, forgotten
-        # per hook when written).
+        # per hook when written), unless the lock's generation says otherwise to whoever asks it.
         try:
-            yield
+            yield HeldLock(handle.fileno())
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)

@@ -26,7 +26,10 @@ there (forget). Taking a lock forgets nothing: what a
 concurrent run changes between this run's read and its lock, the kernel's
 atomic swaps refuse (a REPLACE expects the old program, a tcx attach the
 hook's revision) or the lock orders after it, as though this run had read
-first. Whether the kernel has tcx is asked once. Outside of a session every
+first; where nothing in the kernel refuses a stale read (a map set's groups:
+a free id, a member count), the lock's generation (bpf/pins) says whether
+another run changed the thing since this run read it, and only then is it
+read again under the lock. Whether the kernel has tcx is asked once. Outside of a session every
 call opens its own socket and reads afresh, as a one-off call should (the
 exporter reads records anew on each scrape). Which namespace a thread is in
 is read once too, and again after host/netns moves it (moved()): a stat of
@@ -123,10 +126,21 @@ class Session:
         self.dumps = {key: value for key, value in self.dumps.items()
                       if key[0] != netns or kind not in (None, key[1])}
 
-    def forget(self, kind: str) -> None:
-        """Dumps of a kind read by path (bpffs listings, map sets' contents: the same from every namespace) are
-        read again when next asked for, in whichever namespace they were read."""
-        self.dumps = {key: value for key, value in self.dumps.items() if key[1] != kind}
+    def forget(self, kind: str, path: str | None = None) -> None:
+        """Dumps of a kind read by path (bpffs listings, map sets' contents: the same from every namespace), or
+        that kind's of one path, are read again when next asked for, in whichever namespace they were read."""
+        self.dumps = {key: value for key, value in self.dumps.items()
+                      if key[1] != kind or path not in (None, key[2])}
+
+    def known(self, key: tuple, value) -> None:
+        """What dump(key) would read now in the current namespace, known without reading it (this run wrote it)."""
+        self.dumps[(self.netns(),) + key] = value
+
+    def forget_records(self, directory: str) -> None:
+        """The ownership records under directory are read again when next asked for: another run may have
+        rewritten one in place (same pin), which its inode does not tell."""
+        self.records = {path: kept for path, kept in self.records.items()
+                        if not path.startswith(directory + os.sep)}
 
     def count(self, kind: str, what: str) -> None:
         self.counts[kind] += 1
@@ -209,11 +223,26 @@ def wrote(kind: str | None = None) -> None:
         session.wrote(kind)
 
 
-def forget(kind: str) -> None:
-    """What this run wrote changes what dumps of kind said, in any namespace: see Session.forget."""
+def forget(kind: str, path: str | None = None) -> None:
+    """What this run wrote (or another run, as a lock's generation tells) changes what dumps of kind (of path)
+    said, in any namespace: see Session.forget."""
     session = active()
     if session:
-        session.forget(kind)
+        session.forget(kind, path)
+
+
+def known(key: tuple, value) -> None:
+    """dump(key)'s answer as this run knows it without reading (see Session.known); nothing outside a session."""
+    session = active()
+    if session:
+        session.known(key, value)
+
+
+def forget_records(directory: str) -> None:
+    """The records under directory are read again when next asked for (see Session.forget_records)."""
+    session = active()
+    if session:
+        session.forget_records(directory)
 
 
 def count(kind: str, what: str) -> None:

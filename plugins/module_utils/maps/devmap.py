@@ -218,8 +218,9 @@ def redirect_problem(ifname: str, ifindex: int) -> str | None:
 @dataclasses.dataclass(frozen=True)
 class SetState:
     """What a map set's maps say of its groups, counters apart (they move with every frame): read once per host
-    session, by the gather and the group's converge alike, until this run writes to a map (_pins.wrote_map_sets)
-    or the set's pins are replaced."""
+    session, by the gather and the group's converge alike, until this run writes to a map (_pins.wrote_map_sets),
+    the set's pins are replaced, or, under the set's lock, its generation says another run wrote since
+    (MapSet.catch_up)."""
 
     members: dict[int, dict[int, int]]  # group id -> ifindex -> egress program id, for each group in mcast_groups
     addresses: dict[str, int]  # address -> group id
@@ -261,6 +262,9 @@ class MapSet:
                 "e.g. ebpf.xdp.xdp_program with object: <xdp_multicast.o>, program: xdp_multicast, shared_maps: %s "
                 "on each member port" % (name, ", ".join(missing), directory, name, name))
         self.maps = _Pinned(directory)
+        # The set's lock, whose generation tells whether another run changed the set since this run read it.
+        netns_key, set_name = _pins.shared_maps_named(directory)
+        self.lock = (netns_key, _pins.shared_maps_lock(set_name))
 
     def __enter__(self):
         return self
@@ -276,9 +280,37 @@ class MapSet:
     def __getitem__(self, name: str) -> _bpf.Map:
         return self.maps[name]
 
+    def seen_generation(self) -> int | None:
+        """The set's lock generation when this run first read the set (before its state and its groups' records,
+        so that a run which changed the set after is seen to have); outside a host session, where every read is
+        afresh, nothing is read (the exporter reads the groups on each scrape)."""
+        if _session.active() is None:
+            return None
+        return _session.dump((_pins.MAP_SET_GENERATION, self.directory), lambda: _pins.lock_generation(*self.lock))
+
+    def catch_up(self, held: _pins.HeldLock) -> None:
+        """Under the set's lock (held): what this run read of the set before the lock (a datapath task's gather)
+        is read again when another run changed the set since; a set nobody changed is not read again."""
+        now = held.generation()
+        if now is not None and now == self.seen_generation():
+            return
+        _session.forget(_pins.MAP_SET_STATE, self.directory)
+        groups = os.path.join(self.directory, GROUPS_DIR)
+        _session.forget(_pins.PIN_DIRS, groups)
+        _session.forget_records(groups)
+        _session.known((_pins.MAP_SET_GENERATION, self.directory), now)
+
+    def wrote(self, held: _pins.HeldLock | None) -> None:
+        """This run wrote to the set: its own next read sees the writes, and (held: the set's lock, which it
+        holds) other runs', under the lock, the generation it advanced."""
+        _pins.wrote_map_sets()
+        if held is not None:
+            _session.known((_pins.MAP_SET_GENERATION, self.directory), held.advance())
+
     def state(self) -> SetState:
         """The set's groups as its maps hold them, read once per host session (see SetState); a set whose pins
         were replaced (another inode) is read anew."""
+        self.seen_generation()
         pin = os.stat(os.path.join(self.directory, "mcast_groups"))
         return _session.dump((_pins.MAP_SET_STATE, self.directory, pin.st_ino, pin.st_ctime_ns), self._read_state)
 
@@ -325,6 +357,7 @@ class MapSet:
 
     def records(self) -> dict[int, dict]:
         """group id -> record, for every group directory of the set."""
+        self.seen_generation()
         out = {}
         groups = os.path.join(self.directory, GROUPS_DIR)
         listed = _session.dump((_pins.PIN_DIRS, groups),
@@ -517,6 +550,9 @@ class GroupManager:
         self.set_dir = _pins.shared_maps_dir(pin_root, netns_key, desired.shared_maps)
         self.warnings: list[str] = []
         self.no_native_redirect: list[str] = []
+        # Whether the run left the set written (a change made, or a failed one not wholly undone): other runs
+        # are told (the set lock's generation); a failure undone leaves the set, and its lock, as they were.
+        self.wrote_set = False
 
     # ------------------------------------------------------------ which group
 
@@ -551,7 +587,8 @@ class GroupManager:
 
     # ------------------------------------------------------------ run
 
-    def run(self) -> dict:
+    def run(self, held: _pins.HeldLock | None = None) -> dict:
+        """The group converged; held: the set's lock, when this run holds it (outside check mode)."""
         w = self.desired
         if not all(os.path.exists(os.path.join(self.set_dir, m)) for m in MAPS):
             if w.state == "absent":
@@ -562,6 +599,8 @@ class GroupManager:
                                      % (w.shared_maps, self.set_dir, w.shared_maps))
                 return self._result(True, w.group_id, w.name, {"present": False}, {"present": True}, {}, [])
         with MapSet(self.set_dir, w.shared_maps) as mset:
+            if held is not None:
+                mset.catch_up(held)  # before the id is chosen: another run may have taken it since our read
             group_id, record = self.find(mset)
             state = mset.state()
             members = state.group(group_id)
@@ -578,10 +617,11 @@ class GroupManager:
                     result = self._present(mset, group_id, record, members or {}, addresses, (flags, count), before)
             except Exception:
                 if not self.check_mode:
-                    _pins.wrote_map_sets()  # whatever was written and put back, the next read sees it
+                    # Whatever was written and put back, this run's next read sees it.
+                    mset.wrote(held if self.wrote_set else None)
                 raise
-            if result["changed"] and not self.check_mode:
-                _pins.wrote_map_sets()
+            if (result["changed"] or self.wrote_set) and not self.check_mode:
+                mset.wrote(held)
             return result
 
     def _result(self, changed, group_id, name, before, after, members: dict, addresses) -> dict:
@@ -604,7 +644,8 @@ class GroupManager:
         if not self.check_mode:
             with Journal() as journal:
                 journal.run(lambda: self._remove_group(mset, journal, group_id, members or {}, addresses),
-                            half_changed)
+                            self._half_changed)
+            self.wrote_set = True
             pins.remove()
         return self._result(True, group_id, name, before, {"present": False}, {}, [])
 
@@ -671,6 +712,7 @@ class GroupManager:
             # The largest record this group can get must fit before anything is loaded or written.
             self._encode_record(group_id, name, dict(egress, **WIDEST_EGRESS) if egress else None)
         if not changed and renamed and not self.check_mode:
+            self.wrote_set = True
             group_pins(self.set_dir, self.pin_root, group_id).record.write(
                 self._encode_record(group_id, name, egress))
         if not changed:
@@ -697,12 +739,17 @@ class GroupManager:
                     pin_program(journal, pins, prog if load_egress else None, drop=egress is None)
                     write_record(journal, pins, new_record, record)
 
-                journal.run(work, half_changed)
+                journal.run(work, self._half_changed)
+            self.wrote_set = True
         except Exception:
             if not exists:
                 pins.undo(created)
             raise
         return self._result(True, group_id, name, before, after, result_members, want_addresses)
+
+    def _half_changed(self, exc: Exception, failed: list[str]) -> GroupError:
+        self.wrote_set = True  # what the undo could not put back stays written
+        return half_changed(exc, failed)
 
     def _encode_record(self, group_id: int, name: str | None, egress: dict | None) -> dict:
         """The group's record, once _pins.Record can store it."""
@@ -825,6 +872,6 @@ def converge(params: dict, check_mode: bool) -> tuple[dict, list[str]]:
         else:
             _pins.check_bpffs(params["pin_root"])
             # The set's lock: attachments loading into the set, other groups' id choices and writes wait.
-            with _pins.lock(key, _pins.shared_maps_lock(desired.shared_maps)):
-                result = manager.run()
+            with _pins.lock(key, _pins.shared_maps_lock(desired.shared_maps)) as held:
+                result = manager.run(held)
     return dict(result, netns=params.get("netns")), manager.warnings

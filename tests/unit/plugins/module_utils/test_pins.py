@@ -56,6 +56,28 @@ def test_paths_are_built_under_the_pin_root_only(tmp_path):
         _pins.attachment_dir(root, "host", "../eth0", "xdp")
     with pytest.raises(_names.BadNameError):
         _pins.shared_maps_dir(root, "host", "a/b")
+    assert _pins.shared_maps_named(_pins.shared_maps_dir(root, "ns1", "mc")) == ("ns1", "mc")
+
+
+def test_a_lock_s_generation_is_advanced_by_its_holder_and_read_without_it(tmp_path, monkeypatch):
+    """What a run that read before the lock compares under it (maps/devmap's catch_up): 0 for a lock never
+    taken (and reading it makes no file), the holder's count once it advanced it, None for a file no run
+    wrote."""
+    monkeypatch.setattr(_pins, "LOCK_DIR", str(tmp_path / "locks"))
+    assert _pins.lock_generation("ns1", "shared_maps:mc") == 0 and not (tmp_path / "locks").exists()
+    with _pins.lock("ns1", "shared_maps:mc") as held:
+        assert held.generation() == 0
+        assert held.advance() == 1 and held.advance() == 2 and held.generation() == 2
+        assert _pins.lock_generation("ns1", "shared_maps:mc") == 2
+    with _pins.lock("ns1", "shared_maps:mc") as held:  # taking the lock again keeps the count
+        assert held.generation() == 2
+    assert _pins.lock_generation("ns1", "shared_maps:other") == 0
+    with open(_pins.lock_path("ns1", "shared_maps:mc"), "w") as handle:
+        handle.write("not a count")
+    assert _pins.lock_generation("ns1", "shared_maps:mc") is None
+    with _pins.lock("ns1", "shared_maps:mc") as held:
+        assert held.generation() is None and held.advance() == 1
+    assert _pins.lock_generation("ns1", "shared_maps:mc") == 1
 
 
 def test_made_directories_are_undone_deepest_first_and_empty_parents_pruned(tmp_path):

@@ -89,6 +89,26 @@ def test_a_dump_is_read_once_until_a_write_in_its_namespace(netns):
     assert session.counts["dump:qdiscs"] == 2 and session.counts["dump:filters"] == 2
 
 
+def test_what_is_read_by_path_is_forgotten_by_kind_or_by_path_and_known_without_reading(netns):
+    """A map set's state and groups listing are forgotten for that set alone when another run changed it
+    (maps/devmap's catch_up), in every namespace; what this run wrote it knows without reading."""
+    sets = {path: reader(["%s 1" % path, "%s 2" % path]) for path in ("/a", "/b")}
+    with _session.host() as session:
+        for path, (read, _calls) in sets.items():
+            assert _session.dump(("map_set", path), read) == path + " 1"
+        netns["now"] = (0, 2)
+        _session.forget("map_set", "/a")  # from another namespace: read by path, the same everywhere
+        netns["now"] = (0, 1)
+        assert [_session.dump(("map_set", path), sets[path][0]) for path in sets] == ["/a 2", "/b 1"]
+        _session.known(("generation", "/a"), 7)
+        assert _session.dump(("generation", "/a"), lambda: pytest.fail("read again")) == 7
+        session.records = {"/a/groups/1/owner": ("stamp", b"{}"), "/b/groups/1/owner": ("stamp", b"{}"),
+                           "/a/groupsx/owner": ("stamp", b"{}")}
+        _session.forget_records("/a/groups")
+        assert sorted(session.records) == ["/a/groupsx/owner", "/b/groups/1/owner"]
+    assert [len(calls) for _read, calls in sets.values()] == [2, 1]
+
+
 def test_outside_a_session_every_dump_is_read(netns):
     read, calls = reader(["a", "b"])
     assert [_session.dump(("qdiscs",), read), _session.dump(("qdiscs",), read)] == ["a", "b"]

@@ -253,6 +253,41 @@ def test_fault_on_a_later_batch_rolls_back_that_batch(at_release_1):
     assert releases(inventory, hosts) == dict(dict.fromkeys(hosts, 1), **{hosts[0]: 2})
 
 
+def task_results(out, name):
+    """{host: result} of every task whose name ends with name, over the plays of a json callback document."""
+    found = {}
+    for play in out["plays"]:
+        for task in play["tasks"]:
+            if task["task"]["name"].endswith(name):
+                found.update(task["hosts"])
+    return found
+
+
+def test_the_probe_ends_unchanged_batches_and_a_host_that_would_change_is_still_gated(at_release_1):
+    """The probe play (every host's converge in check mode) before the batches: the canary's batch and the 10%'s,
+    whose hosts would all stay, end without a converge, their hosts recorded unchanged; the last batch, where one
+    host would change (to a faulty variant), converges and is gated as always: its gate fails, that host is
+    rolled back, and the rollout stops there."""
+    inventory, hosts = at_release_1
+    rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": 1, "fleet_fault_hosts": hosts[2:3]})
+    probes = task_results(out, "Ask the converge what it would change (check mode)")
+    assert sorted(probes) == hosts, probes
+    assert [host for host in hosts if probes[host].get("changes")] == hosts[2:3], probes
+    assert not any(probe.get("changed") or probe.get("failed") for probe in probes.values()), probes
+    # Batches 1 and 2 ended by the probe: no module ran there; batch 3 converged both its hosts.
+    converged = task_results(out, "Converge objects, programs and groups")
+    assert sorted(converged) == hosts[2:], sorted(converged)
+    result = summary(out)
+    assert rc != 0 and result["stopped_at_batch"] == 3, result
+    assert result["batches"] == [hosts[:1], hosts[1:2], hosts[2:]], result
+    assert result["rolled_back"] == hosts[2:3] and not result["updated"] and not result["untouched"], result
+    assert sorted(result["unchanged"]) == hosts[:2] + hosts[3:], result
+    assert "share of dropped frames" in " ".join(result["problems"][hosts[2]]), result
+    assert changed(out)[hosts[2]] > 0 and all(changed(out)[host] == 0 for host in hosts if host != hosts[2])
+    assert releases(inventory, hosts) == dict.fromkeys(hosts, 1)
+    assert xdp_of(inventory, hosts[2:3])[hosts[2]]["constants"]["xdp_action"] == 2, "the faulty variant went"
+
+
 def test_fault_with_rollback_scope_all_rolls_back_every_host_that_got_it(at_release_1):
     inventory, hosts = at_release_1
     rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": 2}, limit=hosts[0])

@@ -73,6 +73,7 @@ ARGS = dict(
                                                 **_facts.READING_ARGS)),
     # toolchain_facts' options, checked by toolchain_unready() against that module's spec.
     toolchain=dict(type="dict"),
+    report=dict(type="str", choices=["full", "changes"], default="full"),
     **_common.PIN_ROOT_ARGS,
 )
 # Set once for the whole task, never per entry.
@@ -398,10 +399,12 @@ def run(params: dict, check_mode: bool, run_command, find_clang) -> tuple[dict, 
                 job.forget()
         after = before if not job.changes else (predict(before, job.changes) if check_mode else
                                                 gather(pin_root, namespaces))
-    result = dict(changed=bool(job.changes), before=before, after=after, changes=job.changes,
-                  item_results=job.results, namespaces=namespaces, invocation=invocation(params),
-                  facts_before=facts)
-    result["diff"] = dict(before=before, after=after)
+    result = dict(changed=bool(job.changes), changes=job.changes, namespaces=namespaces,
+                  invocation=invocation(params), facts_before=facts)
+    # report: changes, for a task that only asks what would change (xdp_rollout's probe): the controller copies
+    # and converts every host's result, ~8 KB with the states and each entry's result, ~2 KB without them.
+    if params.get("report", "full") == "full":
+        result.update(before=before, after=after, item_results=job.results, diff=dict(before=before, after=after))
     return result, job.warnings
 
 

@@ -185,6 +185,15 @@ options:
         task again.
       - So a provisioned host costs no module run of its own for the check.
     type: dict
+  report:
+    description:
+      - What the result holds. V(full) is every value below.
+      - V(changes) leaves out RV(before), RV(after), RV(item_results) and the diff, for a task that only asks
+        whether anything would change (the probe of P(ebpf.xdp.xdp_rollout#role), in check mode): the controller
+        copies and converts the result of every host, ~8 KB with them against ~2 KB without.
+    type: str
+    choices: [full, changes]
+    default: full
 attributes:
   check_mode:
     support: full
@@ -248,12 +257,12 @@ EXAMPLES = r"""
 RETURN = r"""
 before:
   description: The host's attachments and groups before the task, in the shape of O(config) (see RV(gathered)).
-  returned: unless O(state=gathered) or the host is not ready (RV(toolchain))
+  returned: unless O(state=gathered), O(report=changes) or the host is not ready (RV(toolchain))
   type: dict
 after:
   description:
     - The same after the task. In check mode, RV(before) with C(changed_entries), the entries that would change.
-  returned: unless O(state=gathered) or the host is not ready (RV(toolchain))
+  returned: unless O(state=gathered), O(report=changes) or the host is not ready (RV(toolchain))
   type: dict
 gathered:
   description:
@@ -275,7 +284,7 @@ item_results:
     - Per section of O(config), one result per entry, in order - what the entry's module returns for it (for
       example RV(ebpf.xdp.xdp_program#module:id), RV(ebpf.xdp.xdp_program#module:revision)) - with the entry,
       its defaults filled in, as C(item).
-  returned: unless O(state=gathered) or the host is not ready (RV(toolchain))
+  returned: unless O(state=gathered), O(report=changes) or the host is not ready (RV(toolchain))
   type: dict
   sample: {xdp: [{changed: true, id: 42, mode: native, item: {interface: eth0, mode: native}}], tc: [],
            objects: [], devmap_groups: [], map_entries: []}

@@ -450,3 +450,23 @@ def test_a_host_without_the_toolchain_is_left_as_it_was_and_told_what_it_lacks(r
     ready = {"require": {"packages": ["clang", "libbpf1"], "min_kernel": "5.9"}}
     first, _second = assert_rhythm(run_distro, "datapath", {"config": {"xdp": [entry]}, "toolchain": ready})
     assert xdp_attached(pair.rx, "eth0") == {"native": first["item_results"]["xdp"][0]["id"]}
+
+
+def test_report_changes_says_what_changes_without_the_states_and_each_entrys_result(run_distro, pair, drop_obj):
+    """report: changes (xdp_rollout's probe): the four steps' changed and changes as with report: full, without
+    before, after, item_results and the diff; a bad value is refused before anything changes."""
+    entry = dict(interface="eth0", netns=pair.rx, object=drop_obj, mode="native")
+    args = {"config": {"xdp": [entry]}, "report": "changes"}
+    bad = run_distro("datapath", dict(args, report="brief"))
+    assert bad.get("failed") and "report" in bad["msg"] and "full, changes" in bad["msg"], bad
+    assert xdp_attached(pair.rx, "eth0") == {}, "nothing attached"
+    steps = [run_distro("datapath", args, check=check) for check in (True, False, True, False)]
+    assert [step["changed"] for step in steps] == [True, True, False, False], steps
+    assert [[change["entry"] for change in step["changes"]] for step in steps] == [["config.xdp[0]"]] * 2 + [[]] * 2
+    for step in steps:
+        assert not step.get("failed") and not {"before", "after", "item_results", "diff"} & set(step), step
+        assert step["invocation"]["module_args"]["report"] == "changes", step
+    assert len(json.dumps(steps[0])) < 2048, steps[0]
+    full = run_distro("datapath", dict(args, report="full"), check=True)
+    assert not full["changed"] and {"before", "after", "item_results", "diff"} <= set(full), full
+    assert list(xdp_attached(pair.rx, "eth0")) == ["native"]

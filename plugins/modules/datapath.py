@@ -189,7 +189,7 @@ options:
     description:
       - What the result holds. V(full) is every value below.
       - V(changes) leaves out RV(before), RV(after), RV(item_results) and the diff, for a task that only asks
-        whether anything would change (the probe of P(ebpf.xdp.xdp_rollout#role), in check mode): the controller
+        whether anything would change (the probe of P(ebpf.xdp.xdp_rollout#role), in check mode). The controller
         copies and converts the result of every host, ~8 KB with them against ~2 KB without.
     type: str
     choices: [full, changes]
@@ -204,6 +204,8 @@ attributes:
         O(ebpf.xdp.tc_program#module:after)) next to a named attachment an earlier entry would make.
   diff_mode:
     support: full
+    details:
+      - No diff with O(report=changes).
   idempotent:
     support: full
 notes:

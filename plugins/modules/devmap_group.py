@@ -140,7 +140,16 @@ attributes:
 notes:
   - Copies into a veth are taken natively only while its peer has an XDP program (or GRO). The module warns,
     and lists the member in RV(no_native_redirect), when the kernel's C(xdp_features) say a member cannot take
-    natively redirected frames now.
+    natively redirected frames now; on Linux before 6.3, which has no C(xdp_features), when a veth member's peer
+    has no native-mode XDP program (GRO on the peer, which also lets the copies in, cannot be seen there).
+  - A devmap egress program and a multicast program in generic mode do not go together on kernels whose generic
+    broadcast clones the packet for each member with one shared buffer (seen on Debian 12's Linux 6.1; seen
+    right on 6.18, releases between are treated as 6.1), since every copy would leave with what the last member's
+    egress program wrote (its source MAC, say). There a group with an O(egress_program) in a map set with a
+    generic-mode port, and a generic-mode port of a map set whose group has an egress program
+    (P(ebpf.xdp.xdp_program#module)), are refused naming the kernel behaviour and the ports, changing nothing.
+    Attach the multicast program with O(ebpf.xdp.xdp_program#module:mode=native) (native copies are each their
+    own), or leave the group without an egress program.
   - The group's record and egress program are pinned in C(<pin_root>/<netns>/shared_maps/<set>/groups/<id>/);
     removing the last attachment of the map set (without O(ebpf.xdp.xdp_program#module:keep_maps)) removes its
     groups too.
@@ -238,7 +247,8 @@ egress_program:
 no_native_redirect:
   description:
     - Members whose device cannot take natively redirected XDP frames now (kernel C(xdp_features) without
-      C(ndo-xmit)); copies to them from natively attached ports are dropped. A warning says what to do.
+      C(ndo-xmit); before Linux 6.3, a veth whose peer has no native-mode XDP program); copies to them from
+      natively attached ports are dropped. A warning says what to do.
   returned: always
   type: list
   elements: str

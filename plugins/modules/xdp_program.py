@@ -39,7 +39,9 @@ options:
   mode:
     description:
       - V(native) attaches in the driver (fails when the driver has no XDP support).
-      - V(generic) attaches in the kernel's skb path; works on every interface, slower.
+      - V(generic) attaches in the kernel's skb path; works on every interface, slower. On kernels before 6.18 it is refused
+        for a port of a map set (O(shared_maps)) whose devmap group has an egress program, as there every copy of a generic-mode
+        broadcast shares one buffer (see P(ebpf.xdp.devmap_group#module)'s notes).
       - V(auto) tries native and falls back to generic; RV(mode) reports which one was used.
       - Changing the mode of an attached program detaches it before attaching again (the kernel has no atomic mode switch);
         a warning says so.

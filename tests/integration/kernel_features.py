@@ -114,6 +114,10 @@ PROBES = {
     "xdp_features": ("xdp_features through the netdev genetlink family (Linux 6.3)", _at_least(6, 3)),
     "xdp_veth": ("native and generic XDP on veth (Linux 4.19)", _at_least(4, 19)),
     "xdp_dispatcher": ("libxdp's multiprog dispatcher (freplace programs), as xdp-loader finds it", _xdp_dispatcher),
+    # Not a feature upstream added on a day: 6.1 was seen giving every generic-mode broadcast copy the last devmap
+    # egress program's writes (one shared buffer), 6.18 each its own; the releases between were not seen.
+    "generic_egress_copy": ("generic-mode broadcast copies each with its own devmap egress program's writes "
+                            "(seen on 6.18, not on 6.1)", _at_least(6, 18)),
     "bcc": ("bcc's Python binding and kernel headers", _bcc),
     "two_cpus": ("at least two online CPUs (hardware, not a kernel feature)", lambda: (os.cpu_count() or 1) >= 2),
 }
@@ -164,6 +168,8 @@ REFUSED_WITH = {
     "pktgen": ("has no pktgen",),
     "xdp_dispatcher": ("needs libxdp's dispatcher, which cannot work here: this kernel refuses freplace "
                        "(BPF_PROG_TYPE_EXT)",),
+    "generic_egress_copy": ("a devmap egress program cannot give each copy of a frame that a generic-mode XDP "
+                            "program broadcasts its own changes",),
 }
 # What the kernel itself answers where a test's own setup asks it directly (the libbpf binding in the test's
 # process, or tc as a witness), with no module between them to word it: tcx links are an attach type 6.1 does
@@ -202,6 +208,9 @@ NEEDED_BY = {
     "act_bpf": lambda module, args: any(e.get("method") == "act_bpf" for e in _tc_entries(module, args)),
     "pktgen": lambda module, args: module == "pktgen",
     "xdp_dispatcher": lambda module, args: any(e.get("name") for e in _xdp_entries(module, args)),
+    # A group given an egress program (a test marked with it has generic-mode ports in the group's map set).
+    "generic_egress_copy": lambda module, args: module == "devmap_group" and any(
+        (args.get("egress_program") or {}).values()),
 }
 
 

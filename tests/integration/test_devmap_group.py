@@ -23,6 +23,7 @@ import threading
 import pytest
 
 from conftest import BPF_DIR, ROOT, SYSTEM_PYTHON, ansible_cli, assert_rhythm, compile_bpf
+from kernel_features import features, needs
 from test_multicast_programs import BROADCAST, Ports, arp_broadcast, counting_hosts, sniffer, sources, udp_to
 from test_tc_redirect_programs import eventually
 
@@ -34,6 +35,13 @@ from ansible_collections.ebpf.xdp.plugins.module_utils.maps import devmap as _de
 
 SET = "multicast"
 V4, V4_MAC = "239.1.1.1", "01:00:5e:01:01:01"
+
+
+def egress_mode():
+    """The ports' mode in the tests of egress programs that are not about the mode: generic where the kernel gives
+    each broadcast copy its own egress program's writes, else native (generic is refused there, see
+    test_generic_ports_and_egress_programs_where_copies_share_one_buffer)."""
+    return "generic" if features()["generic_egress_copy"] else "native"
 
 
 @pytest.fixture(scope="module")
@@ -406,7 +414,7 @@ class Stream:
 
 
 @pytest.mark.parametrize("section", ["xdp/devmap", "xdp_devmap/egress_mac"])
-@pytest.mark.parametrize("mode", ["native", "generic"])
+@pytest.mark.parametrize("mode", ["native", needs("generic_egress_copy", "generic")])
 def test_the_egress_program_writes_each_ports_own_mac_on_every_copy(run_distro, mcast_obj, legacy_egress_obj, drop_obj,
                                                                     pin_root, mode, section):
     n = 10
@@ -448,7 +456,7 @@ def test_the_egress_program_chosen_by_its_section(run_distro, mcast_obj, legacy_
     n = 10
     obj = mcast_obj if section == "xdp/devmap" else legacy_egress_obj
     by_section, by_name = {"object": obj, "section": section}, {"object": obj, "program": "xdp_egress_mac"}
-    with switch(4, mcast_obj, drop_obj, run_distro, pin_root) as sw:
+    with switch(4, mcast_obj, drop_obj, run_distro, pin_root, egress_mode()) as sw:
         args = dict(name="video", members=["p1", "p2", "p3"], addresses=[V4], netns=sw.ports.sw, pin_root=pin_root)
         first, _second = assert_rhythm(sw.run, "devmap_group", dict(args, egress_program=by_section))
         assert first["egress_program"] == by_section, first
@@ -494,7 +502,7 @@ def test_bad_egress_sections_are_refused_and_change_nothing(run_distro, mcast_ob
                                                             pin_root):
     """Both program and section, a section of two programs, a section the object does not have: a clear error in
     check mode and in a run, and the group keeps its egress program (maps and pins as they were)."""
-    with switch(3, mcast_obj, drop_obj, run_distro, pin_root) as sw:
+    with switch(3, mcast_obj, drop_obj, run_distro, pin_root, egress_mode()) as sw:
         args = dict(name="video", members=["p1", "p2"], addresses=[V4])
         sw.ok(**args, egress_program={"object": mcast_obj, "program": "xdp_egress_mac"})
         before = sw.maps_state()
@@ -518,7 +526,7 @@ def test_bad_egress_sections_are_refused_and_change_nothing(run_distro, mcast_ob
 
 def test_an_omitted_egress_program_is_kept_and_removed_by_exclusive_or_an_empty_dict(
         run_distro, mcast_obj, drop_obj, pin_root):
-    with switch(3, mcast_obj, drop_obj, run_distro, pin_root) as sw:
+    with switch(3, mcast_obj, drop_obj, run_distro, pin_root, egress_mode()) as sw:
         egress = {"object": mcast_obj, "program": "xdp_egress_mac"}
         pinned = os.path.join(sw.set_dir, "groups", "1", "prog")
 
@@ -546,6 +554,45 @@ def test_an_omitted_egress_program_is_kept_and_removed_by_exclusive_or_an_empty_
                                                    pin_root=pin_root))
         assert not os.path.exists(pinned) and egress_ids() == {0}
         assert sw.ok(name="video")["egress_program"] is None
+
+
+@pytest.mark.kernel_either("generic_egress_copy")
+def test_generic_ports_and_egress_programs_where_copies_share_one_buffer(run_distro, mcast_obj, drop_obj, pin_root):
+    """Where the kernel's generic-mode broadcast gives every copy one buffer (6.1), a group's egress program and a
+    generic-mode port of its map set are refused either way round, in check mode and in a run, changing nothing;
+    where each copy is its own (6.18), both are taken (test_the_egress_program_writes_each_ports_own_mac_on_every_copy
+    shows the copies right)."""
+    shares = not features()["generic_egress_copy"]
+    egress = {"object": mcast_obj, "program": "xdp_egress_mac"}
+    group = dict(name="video", members=["p1", "p2"], addresses=[V4], egress_program=egress)
+    words = "a devmap egress program cannot give each copy of a frame that a generic-mode XDP program broadcasts"
+    # A group given an egress program in a map set with generic-mode ports.
+    with switch(3, mcast_obj, drop_obj, run_distro, pin_root, "generic") as sw:
+        if shares:
+            before, prog_ids = sw.maps_state(), sw.prog_ids()
+            for check in (True, False):
+                res = sw.group(check=check, **group)
+                assert res.get("failed") and words in res["msg"], res
+                assert "mode: native" in res["msg"] and "p0, p1, p2" in res["msg"], res
+                assert "Traceback" not in res.get("module_stderr", ""), res
+                assert sw.maps_state() == before and sw.prog_ids() == prog_ids
+        else:
+            assert_rhythm(sw.run, "devmap_group", dict(group, netns=sw.ports.sw, pin_root=pin_root))
+    # A port switched to generic mode in a map set whose group has an egress program.
+    with switch(3, mcast_obj, drop_obj, run_distro, pin_root, "native") as sw:
+        sw.ok(**group)
+        port = dict(interface="p2", netns=sw.ports.sw, object=mcast_obj, program="xdp_multicast", mode="generic",
+                    shared_maps=SET, pin_root=pin_root)
+        if shares:
+            before, prog_ids = sw.maps_state(), sw.prog_ids()
+            for check in (True, False):
+                res = run_distro("xdp_program", port, check=check)
+                assert res.get("failed") and words in res["msg"] and "group(s) video" in res["msg"], res
+                assert "Traceback" not in res.get("module_stderr", ""), res
+                assert sw.maps_state() == before and sw.prog_ids() == prog_ids
+        else:
+            first, _second = assert_rhythm(run_distro, "xdp_program", port)
+            assert first["mode"] == "generic", first
 
 
 def test_a_member_whose_peer_cannot_take_native_redirects_is_named(run_distro, mcast_obj, drop_obj, pin_root):

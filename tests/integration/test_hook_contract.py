@@ -20,8 +20,7 @@ from ansible_collections.ebpf.xdp.plugins.module_utils import _datapath
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _netns
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import loader as _loader
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import adapters as _adapters, converge as _converge
-from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libxdp as _libxdp
-from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.observed import HELD_BY_DISPATCHER, HELD_BY_LINK
+from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.observed import HELD_BY_LINK, HookError
 
 CASES = [
     pytest.param("xdp", {"mode": "native"}, id="xdp-native"),
@@ -98,17 +97,11 @@ def test_an_adapter_keeps_the_hook_contract_on_the_kernel(request, pair, pin_roo
             with hook.hold(now.prog_id) as old:
                 hook.detach(now)
                 assert not hook.observe().attached
-                try:
-                    hook.restore(now, old)
-                except _libxdp.LibxdpError as exc:
-                    # A known defect, shown in every summary until it is fixed (it fails the converger's put-back
-                    # after a named attachment's mode switch alike): libxdp sets no run priority on a component
-                    # read back by id (Debian 12's 6.1 and libxdp 1.3; this machine's kernel refuses the dispatcher).
-                    if now.holder == HELD_BY_DISPATCHER and "set the run priority" in str(exc):
-                        pytest.xfail("named XDP: restore() of a detached dispatcher component: %s" % exc)
-                    raise
+                hook.restore(now, old)
             back = hook.observe()
             assert (back.prog_id, back.placement, back.holder) == (now.prog_id, now.placement, now.holder), back
+            # A dispatcher's component comes back with the run priority and chain call actions it had.
+            assert back.extra == now.extra, (back, now)
 
             hook.detach(back)
             hook.cleanup()
@@ -116,3 +109,35 @@ def test_an_adapter_keeps_the_hook_contract_on_the_kernel(request, pair, pin_roo
     # Nothing of the adapter's own is left on the interface (no program, no qdisc it added).
     assert "prog/xdp" not in sh("ip", "-n", pair.rx, "-d", "link", "show", "eth0").stdout
     assert "clsact" not in sh("tc", "-n", pair.rx, "qdisc", "show", "dev", "eth0").stdout
+
+
+@pytest.mark.kernel("xdp_dispatcher")
+def test_a_named_xdp_component_goes_back_only_with_the_settings_libxdp_reads_from_it(pair, pin_root, drop_obj):
+    """libxdp sets a run priority only on a program it has not loaded: a component detached for a switch goes back
+    with the settings libxdp reads from the program (its .xdp_run_config, else 50 and pass; the contract test's
+    case), and one that ran at another priority is refused with words saying so, attaching nothing."""
+    [params] = _datapath.validate({"xdp": [dict(mode="native", name="prio", priority=10, interface="eth0",
+                                                netns=pair.rx, object=drop_obj, program="xdp_drop_count")]},
+                                  pin_root)["xdp"]
+    with _netns.netns(pair.rx):
+        hook = _converge.ADAPTERS["xdp"].from_params(params, _netns.ifindex("eth0"), _netns.netns_key(pair.rx))
+        os.makedirs(hook.pins.directory)
+        hook.refuse(hook.observe())
+        with _loader.load(drop_obj, "xdp_drop_count", "xdp", {"xdp_action": 2}) as loaded:
+            hook.prepare(loaded)
+            attachment = hook.attach(loaded.program)
+            prog_id = attachment.program.info()["id"]
+            hook.pins.record.write(dict(hook.identity(), prog_id=prog_id, program_name=loaded.name,
+                                        **attachment.as_record()))
+            there = hook.observe()
+            assert (there.prog_id, there.extra["priority"]) == (prog_id, 10), there
+            with hook.hold(there.prog_id) as old:
+                hook.detach(there)
+                with pytest.raises(HookError) as refused:
+                    hook.restore(there, old)
+            assert ("its program (id %d) cannot go back into libxdp's dispatcher with priority 10 and chain call "
+                    "actions pass" % prog_id) in str(refused.value), refused.value
+            assert "here priority 50 and pass" in str(refused.value), refused.value
+            assert not hook.observe().attached
+            attachment.program.close()
+            hook.cleanup()

@@ -246,6 +246,10 @@ class Component:
             _check(lib().xdp_program__set_chain_call_enabled(self._prog, number, name in actions),
                    "set the chain call actions of " + self.what)
 
+    def settings(self) -> tuple[int, list[str]]:
+        """(run priority, chain call actions) as libxdp has them for this component."""
+        return lib().xdp_program__run_prio(self._prog), chain_call_actions(self._prog)
+
     def fd(self) -> int:
         return lib().xdp_program__fd(self._prog)
 

@@ -217,6 +217,31 @@ def shared_maps_users(pin_root: str, netns_key: str, name: str) -> list[str]:
     return users
 
 
+def generic_xdp_users(pin_root: str, netns_key: str, name: str) -> list[str]:
+    """The interfaces whose XDP attachment (named or not) of the map set `name` runs in generic mode."""
+    ports = []
+    for directory in shared_maps_users(pin_root, netns_key, name):
+        if split_hook_dir(os.path.basename(directory))[0] != hook_dir("xdp"):
+            continue
+        record = Record(os.path.join(directory, "owner")).read()
+        if record and record.placement == "generic":
+            ports.append(os.path.basename(os.path.dirname(directory)))
+    return sorted(set(ports))
+
+
+def groups_with_egress(set_dir: str) -> list[str]:
+    """The groups (by name, else id) of the map set pinned at set_dir that have a devmap egress program."""
+    found = []
+    for owner in sorted(glob.glob(os.path.join(glob.escape(set_dir), "groups", "*", "owner"))):
+        try:
+            record = Record(owner).read()
+        except (PinError, OSError):
+            continue
+        if record and record.get("egress"):
+            found.append(str(record.get("name") or record.get("id")))
+    return found
+
+
 def shared_maps_lock(name: str) -> str:
     """The lock (see lock()) of the map set `name`: ':' is in no interface name."""
     return SHARED_MAPS + ":" + name

@@ -11,13 +11,16 @@ A new program goes on through a bpf_link (pinned, so it outlives the module),
 natively or generically, falling back from native to generic with
 mode: auto. A program someone attached over netlink is replaced with
 XDP_FLAGS_REPLACE and the old program as the expected one, so the interface
-is never without a program. Offloaded (hardware) programs are refused.
+is never without a program. Offloaded (hardware) programs are refused, and so
+is generic mode for a map set whose groups have egress programs where the
+kernel's generic broadcast gives all copies one buffer (host/kernel).
 """
 
 from __future__ import annotations
 
 import errno
 
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import kernel as _kernel
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import observed as _observed
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks.converge import HookAdapter
@@ -39,21 +42,28 @@ class XdpHook(HookAdapter):
     module = "xdp_program"
     needs_pyroute2 = False
     rollback_options = {"requested_mode": "mode"}
+    netns_key = ""  # from_params sets it: where a map set the program joins is pinned
 
     def __init__(self, ifname: str, ifindex: int, pins: _pins.PinDir, mode: str):
         self.ifname = ifname
         self.ifindex = ifindex
         self.pins = pins
         self.mode = mode
+        self.joins_set: str | None = None  # the map set a program attached here shares (shared_maps)
 
     @classmethod
     def from_params(cls, params: dict, ifindex: int, netns_key: str) -> XdpHook:
         """The hook's unnamed attachment (one program on the interface), or a named one (NamedXdpHook)."""
         ifname = params["interface"]
         if params.get("name") is not None:
-            return NamedXdpHook.for_attachment(params, ifindex, netns_key)
-        return cls(ifname, ifindex, _pins.PinDir.for_hook(params["pin_root"], netns_key, ifname, cls.name),
-                   params["mode"])
+            hook = NamedXdpHook.for_attachment(params, ifindex, netns_key)
+        else:
+            hook = cls(ifname, ifindex, _pins.PinDir.for_hook(params["pin_root"], netns_key, ifname, cls.name),
+                       params["mode"])
+        if params.get("state", "present") == "present":
+            hook.joins_set = params.get("shared_maps")
+        hook.netns_key = netns_key
+        return hook
 
     @classmethod
     def check_params(cls, params: dict) -> None:
@@ -78,6 +88,18 @@ class XdpHook(HookAdapter):
         if observed.placement == "offload":
             raise HookError("%s has an offloaded (hardware) XDP program, which ebpf.xdp does not manage"
                             % self.ifname)
+        self.refuse_generic_egress()
+
+    def refuse_generic_egress(self) -> None:
+        """Generic mode on a port of a map set whose groups have egress programs, where the kernel's generic
+        broadcast makes every copy share one buffer (each copy would leave with the last port's changes)."""
+        if self.mode != "generic" or not self.joins_set or not _kernel.generic_broadcast_shares_buffer():
+            return
+        groups = _pins.groups_with_egress(_pins.shared_maps_dir(self.pins.pin_root, self.netns_key, self.joins_set))
+        if groups:
+            raise HookError(_kernel.generic_egress_refusal(
+                "%s: generic mode for a port of map set %s, whose group(s) %s have an egress program"
+                % (self.ifname, self.joins_set, ", ".join(groups)), [self.ifname]))
 
     def identity(self) -> dict:
         return {"requested_mode": self.mode}

@@ -26,6 +26,7 @@ from __future__ import annotations
 import errno
 import os
 import time
+from typing import Callable
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import (
     libbpf as _bpf, libxdp as _libxdp, loader as _loader, pins as _pins)
@@ -44,6 +45,7 @@ class XdpDispatcherHook:
     ifindex: int
     pins: _pins.PinDir
     mode: str
+    refuse_generic_egress: Callable[[], None]
 
     def setup_dispatcher(self, params: dict) -> None:
         self.attachment = params["name"]
@@ -99,6 +101,7 @@ class XdpDispatcherHook:
     def refuse(self, observed: Observed) -> None:  # pylint: disable=unused-argument
         if self.present:
             self._refuse_dispatcher()
+            self.refuse_generic_egress()
 
     def _refuse_dispatcher(self) -> None:
         """What stops a named attachment before anything changes: a kernel (or host) where libxdp's dispatcher
@@ -176,14 +179,31 @@ class XdpDispatcherHook:
                 raise HookError("%s: attachment %s: %s" % (self.ifname, self.attachment, exc)) from exc
         raise HookError("could not attach to %s through libxdp's dispatcher in any mode" % self.ifname)
 
-    def _attach(self, prog: _bpf.Program, mode: str) -> Attachment:
+    def _attach(self, prog: _bpf.Program, mode: str, settings: tuple[int, list[str]] | None = None) -> Attachment:
+        """Attach the program the converger loaded (its own copy, configured with the task's priority and chain
+        call actions) or, put back, a component read back from the kernel with the settings it had."""
         if prog.info()["type"] == "ext":
             # A component already (a program a failed run puts back): libxdp links it into the new dispatcher.
+            # libxdp sets a run priority and chain call actions only on a program it has not loaded yet (EINVAL
+            # on one read back from the kernel, Debian 12's libxdp 1.3 alike); it gives one read back those that
+            # the program's BTF declares (.xdp_run_config) or its defaults, which are the settings wanted
+            # unless the attachment asked for others.
+            priority, actions = settings or (self.priority, self.actions)
             with _libxdp.Component.from_program(prog) as component:
-                component.configure(self.priority, self.actions)
+                has = component.settings()
+                if has != (priority, actions):
+                    raise HookError(
+                        "%s: attachment %s: its program (id %d) cannot go back into libxdp's dispatcher with "
+                        "priority %d and chain call actions %s: libxdp gives a program read back from the kernel "
+                        "the settings the program itself declares (.xdp_run_config in its BTF) or its defaults, "
+                        "here priority %d and %s, and sets others only on a program it loads from its object. "
+                        "Run the task again to attach it anew"
+                        % (self.ifname, self.attachment, prog.info()["id"], priority, ", ".join(actions),
+                           has[0], ", ".join(has[1])))
                 component.attach(self.ifindex, mode)
             self._check_chained(prog.info()["id"], mode)
-            return Attachment(HELD_BY_DISPATCHER, mode, None, self._extra())
+            return Attachment(HELD_BY_DISPATCHER, mode, None,
+                              {"priority": priority, "chain_call_actions": actions, "attachment": self.attachment})
         loaded = self.pending
         with _bpf.BpfObject(loaded.path, loaded.data) as obj:  # the bytes the converger checked and loaded
             _loader.as_hook(obj, loaded.name, "xdp")  # an untyped section's program, as the converger loaded it
@@ -236,7 +256,9 @@ class XdpDispatcherHook:
                 raise HookError("%s: attachment %s: %s" % (self.ifname, self.attachment, exc)) from exc
 
     def restore(self, observed: Observed, old: _bpf.Program) -> None:
-        self._attach(old, observed.placement)
+        """Put a detached component back as it ran: its priority and chain call actions as observed."""
+        had = (observed.extra.get("priority", self.priority), observed.extra.get("chain_call_actions", self.actions))
+        self._attach(old, observed.placement, had)
 
 
 def programs_in_words(programs: list[dict]) -> str:

@@ -37,8 +37,8 @@ import socket
 import struct
 import sys
 
-from ansible_collections.ebpf.xdp.plugins.module_utils.host import netdev as _netdev, netns as _netns, \
-    session as _session
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import kernel as _kernel, netdev as _netdev, \
+    netlink as _netlink, netns as _netns, session as _session
 from ansible_collections.ebpf.xdp.plugins.module_utils.host.journal import Journal
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, loader as _loader, pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames
@@ -198,18 +198,41 @@ def resolve_members(names: list[str], netns_key: str) -> dict[str, int]:
     return out
 
 
-def redirect_problem(ifname: str, ifindex: int) -> str | None:
-    """Why natively redirected copies cannot leave ifname now, or None (fine, or the kernel cannot tell)."""
-    try:
-        features = _netdev.xdp_features(ifindex)
-    except OSError:
-        return None
-    if features is None or features & _netdev.XDP_ACT_NDO_XMIT:
-        return None
-    return ("member %s cannot take natively redirected XDP frames now (xdp_features: %s): copies sent to it from "
-            "ports where the multicast program runs natively are dropped. For a veth, give its peer an XDP "
-            "program or enable GRO on the peer; or attach the multicast program in generic mode"
-            % (ifname, ", ".join(_netdev.feature_names(features)) or "none"))
+REDIRECT_ADVICE = ("copies sent to it from ports where the multicast program runs natively are dropped. For a "
+                   "veth, give its peer an XDP program or enable GRO on the peer; or attach the multicast program in "
+                   "generic mode")
+
+
+def redirect_problems(members: dict[int, str]) -> dict[str, str]:
+    """member name -> why natively redirected copies cannot leave it now, for each member that cannot (the others
+    are fine, or the kernel cannot tell). The kernel's xdp_features say it (Linux 6.3+); before them, a veth
+    is judged by its peer: copies get in only through the peer's XDP ring, which exists while the peer has a
+    native-mode XDP program or GRO enabled (the interfaces' one link dump shows the first, not the second)."""
+    problems: dict[str, str] = {}
+    links = None
+    for ifindex, ifname in sorted(members.items()):
+        try:
+            features = _netdev.xdp_features(ifindex)
+        except OSError:
+            continue
+        if features is not None:
+            if not features & _netdev.XDP_ACT_NDO_XMIT:
+                problems[ifname] = "member %s cannot take natively redirected XDP frames now (xdp_features: %s): %s" \
+                    % (ifname, ", ".join(_netdev.feature_names(features)) or "none", REDIRECT_ADVICE)
+            continue
+        if links is None:
+            links = {link["ifindex"]: link for link in _netlink.interfaces()}
+        link = links.get(ifindex)
+        if not link or link["kind"] != "veth":
+            continue
+        peer = _netlink.peer(link)
+        if peer is None or peer["xdp"]["native_prog_id"] or peer["xdp"]["mode"] == "native":
+            continue
+        problems[ifname] = ("member %s cannot take natively redirected XDP frames now unless GRO is enabled on its "
+                            "peer: its veth peer %s has no native-mode XDP program (Linux %s has no xdp_features "
+                            "to ask, and its link dump does not show GRO): %s"
+                            % (ifname, peer["ifname"], os.uname().release, REDIRECT_ADVICE))
+    return problems
 
 
 # ---------------------------------------------------------------- the map set
@@ -691,17 +714,21 @@ class GroupManager:
         flags = EXCLUDE_INGRESS if exclude else 0
         egress, load_egress, renamed = self._egress_plan(group_id, record)
         name = w.name or (record or {}).get("name")
+        if egress and _kernel.generic_broadcast_shares_buffer():
+            generic = _pins.generic_xdp_users(self.pin_root, self.netns_key, w.shared_maps)
+            if generic:
+                raise GroupError(_kernel.generic_egress_refusal(
+                    "group %s of map set %s with egress program %s" % (
+                        name or group_id, w.shared_maps, egress.get("program") or egress.get("section")
+                        or egress.get("program_name")), generic))
         after = describe(group_id, name, dict.fromkeys(want_members, 0), want_addresses, flags, egress)
         # The program the group has, named the other way (function or section): no change by itself, as for an
         # attached program; the record learns how the task names it.
         as_before = describe(group_id, name, dict.fromkeys(want_members, 0), want_addresses, flags,
                              record["egress"]) if renamed else after
-        self.no_native_redirect = []
-        for ifindex in sorted(want_members):
-            problem = redirect_problem(names[ifindex], ifindex)
-            if problem:
-                self.no_native_redirect.append(names[ifindex])
-                self.warnings.append(problem)
+        problems = redirect_problems({ifindex: names[ifindex] for ifindex in want_members})
+        self.no_native_redirect = sorted(problems)
+        self.warnings.extend(problems[name] for name in self.no_native_redirect)
         exists = bool(record) and state.group(group_id) is not None
         prog_id = (egress or {}).get("prog_id", 0)
         changed = (not exists or load_egress or before != as_before or config != (flags, len(want_members))

@@ -61,6 +61,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import dataclasses
+import functools
 import os
 import shutil
 import signal
@@ -805,134 +806,133 @@ class Converger:
     def _apply_reviewed(self, observed: Observed, identity: dict, before: dict,
                         reset: _migration.Reset) -> tuple[bool, dict]:
         shared = self.desired.shared_maps
-        created = self.pins.make(maps=not shared)
-        if shared:
-            created = _pins.make_dirs(self.maps_dir(shared)) + created
         attached = False
         way_back: WayBack | None = None
-        try:
-            reset.set_aside()
-            fault_point("maps_set_aside")
-            # The load makes the new maps (libbpf creates and pins them before it loads the program); a map set's
-            # other attachments load their programs over them.
-            with self._load(identity, self.maps_dir(shared)) as loaded, contextlib.ExitStack() as mates_loaded:
-                for mate in self.mates:
-                    mate.loaded = mates_loaded.enter_context(self._load(mate.identity, self.maps_dir(shared), mate))
-                fault_point("after_load")
-                # A migrated map's entries into the new map the load created.
-                reset.copy(during=lambda: fault_point("during_copy"))
-                action = plan_swap(observed, self.hook.in_place(observed), self._same_program(observed, loaded),
-                                   self.hook.movable(observed))
-                if action == RECORD_ONLY:
-                    # A rebuilt object with the same program: nothing changes in the kernel;
-                    # the record learns the new object so the next run matches it directly.
-                    rewritten = dict(observed.record, **identity, **_revisions.advance(
-                        observed.record, identity, self.desired.rollback, new_program=False))
-                    self._objects().keep(self.desired.path, rewritten, self.object_data)
-                    self.pins.record.write(rewritten)
-                    self._objects().release(observed.record, rewritten)
-                    return False, before
-                record = dict(identity, program_name=loaded.name, tag=loaded.info["tag"],
-                              prog_id=loaded.info["id"], data_sha256=loaded.data_sha256,
-                              prog_pin=self.pins.prog_path, maps=loaded.maps)
-                old = self.pins.record.read()  # the hook's history, even when its program went missing
-                record.update(_revisions.advance(old, identity, self.desired.rollback))
-                widest = dict(WIDEST_PLACEMENT, **self.hook.widest_record)
-                _pins.Record.encode(dict(record, **widest))  # fail before the swap if it cannot fit
-                for mate in self.mates:
-                    mate.record = self._mate_record(mate)
-                self._objects().keep(self.desired.path, record, self.object_data)  # a rollback finds it by digest
-                for mate in self.mates:
-                    self._mate_objects(mate).keep(self.desired.path, mate.record, self.object_data)
-                self.hook.prepare(loaded)
-                for mate in self.mates:
-                    mate.hook.prepare(mate.loaded)
-                if reset.moved:
-                    # Until the old maps are retired, a migrating upgrade can go back: keep the old programs.
-                    way_back = WayBack(self.hook, observed, old, record)
-                    for mate in self.mates:
-                        mate.way_back = WayBack(mate.hook, mate.observed, mate.observed.record, mate.record)
-                attachment = self._swap(action, observed, loaded.program)
-                attached = True
-                if way_back:
-                    way_back.swapped(action, attachment, loaded)
-                fault_point("after_swap")
-                # A map set's other attachments, one after the other: until the last, frames on some hooks are
-                # counted in the new maps and on the others in the old ones, which the top-up below adds.
-                for mate in self.mates:
-                    moved = mate.hook.update_link(mate.observed, mate.loaded.program) if mate.action == UPDATE_LINK \
-                        else mate.hook.replace(mate.observed, mate.loaded.program)
-                    mate.way_back.swapped(mate.action, moved, mate.loaded)
-                    mate.record.update(moved.as_record())
-                    if moved.program is not None:  # the hook's own copy is the program on the hook
-                        mate.on_hook = moved.program
-                        mate.record["prog_id"] = moved.program.info()["id"]
-                    fault_point("after_set_swap")
-                try:
-                    reset.add_gained()  # no old program counts into the maps set aside any more
-                except (_migration.MigrationError, _bpf.BpfError) as exc:
-                    raise _migration.MigrationError(
-                        "what the old maps counted between the copy and the swap could not be added to the new "
-                        "ones: %s" % exc) from exc
-                fault_point("after_attach")
-                if attachment.program is not None:
-                    with attachment.program:  # the hook's own copy is the program on the hook
-                        record["prog_id"] = attachment.program.info()["id"]
-                        self.pins.replace_pin(attachment.program, self.pins.prog_path)
-                else:
-                    self.pins.replace_pin(loaded.program, self.pins.prog_path)
-                loaded.pin_maps()  # bcc's tables, once their program is on the hook (libbpf pinned at load)
-                fault_point("after_pin")
-                record.update(attachment.as_record())
-                fault_point("before_record")
-                self.pins.record.write(record)
-                for mate in self.mates:
-                    self._pin_mate(mate)
-                fault_point("before_retire")
-                # The point of no return of a migrating upgrade: the old maps, off the hooks with the old programs,
-                # are dropped.
-                reset.commit()
-        except Exception as exc:
-            # Once the new program is on the hook, what this run pinned (its link, its maps) is the proof that
-            # it is ours: the next run takes it back (adopt) instead of refusing it as another tool's. Only a
-            # failure before the attach removes what the run made, and a migrating upgrade goes back whole, a map
-            # set's other attachments first.
-            if way_back is not None and attached:
-                try:
-                    for mate in reversed(self.mates):
-                        if mate.way_back.action is not None:
-                            self._put_back(mate.hook, mate.way_back)
-                        self._mate_objects(mate).release(mate.record, mate.observed.record)
-                    self._put_back(self.hook, way_back)
-                    self.warnings.extend(reset.carry_back())
-                    reset.undo()
-                except Exception as again:
-                    raise HookError("%s; putting the old program (id %d) and its maps back failed too: %s"
-                                    % (exc, observed.prog_id, again)) from exc
-                self._objects().release(record, old)
-                words = way_back.words(self.hook)
-                if self.mates:
-                    words += ", and so are the map set's other attachments (%s)" % ", ".join(
-                        "%s's %s program id %d" % (m.hook.ifname, m.hook.label, m.observed.prog_id) for m in self.mates)
-                self._drop_mates()
-                if isinstance(exc, (EbpfXdpError, OSError)):
-                    raise HookError("%s; the upgrade was undone: %s" % (exc, words)) from exc
-                raise
-            if not attached:
-                for mate in self.mates:
-                    if mate.record is not None:
-                        self._mate_objects(mate).release(mate.record, mate.observed.record)
-                self._drop_mates()
-                reset.undo()
-                if shared and self.maps_dir(shared) in created:
-                    shutil.rmtree(self.maps_dir(shared))  # a new set: only this run's maps are in it
-                self.pins.undo(created)
-            raise
-        finally:
-            if way_back is not None:
-                way_back.close()
+        # The upgrade's journal (host/journal), undone newest first when a step fails. Before the swap: the
+        # directories this run made, the map pins a migration set aside, the set's other attachments' objects
+        # kept. Once the new program is on the hook its directories stand, and only a migrating upgrade goes back
+        # (until its commit): each hook's old program, what the new ones counted carried back, the old pins;
+        # after any other failure the new program stays, proof that it is ours, for the next run to adopt.
+        with Journal() as journal:
             for mate in self.mates:
-                mate.close()
+                journal.hold(mate)
+            created = self.pins.make(maps=not shared)
+            if shared:
+                created = _pins.make_dirs(self.maps_dir(shared)) + created
+            made = journal.did(functools.partial(self._unmake, created), "the directories this run made")
+            try:
+                reset.set_aside(journal)
+                fault_point("maps_set_aside")
+                # The load makes the new maps (libbpf creates and pins them before it loads the program); a map
+                # set's other attachments load their programs over them.
+                with self._load(identity, self.maps_dir(shared)) as loaded, contextlib.ExitStack() as mates_loaded:
+                    for mate in self.mates:
+                        mate.loaded = mates_loaded.enter_context(self._load(mate.identity, self.maps_dir(shared),
+                                                                            mate))
+                    fault_point("after_load")
+                    # A migrated map's entries into the new map the load created.
+                    reset.copy(during=lambda: fault_point("during_copy"))
+                    action = plan_swap(observed, self.hook.in_place(observed), self._same_program(observed, loaded),
+                                       self.hook.movable(observed))
+                    if action == RECORD_ONLY:
+                        # A rebuilt object with the same program: nothing changes in the kernel;
+                        # the record learns the new object so the next run matches it directly.
+                        rewritten = dict(observed.record, **identity, **_revisions.advance(
+                            observed.record, identity, self.desired.rollback, new_program=False))
+                        self._objects().keep(self.desired.path, rewritten, self.object_data)
+                        self.pins.record.write(rewritten)
+                        self._objects().release(observed.record, rewritten)
+                        return False, before
+                    record = dict(identity, program_name=loaded.name, tag=loaded.info["tag"],
+                                  prog_id=loaded.info["id"], data_sha256=loaded.data_sha256,
+                                  prog_pin=self.pins.prog_path, maps=loaded.maps)
+                    old = self.pins.record.read()  # the hook's history, even when its program went missing
+                    record.update(_revisions.advance(old, identity, self.desired.rollback))
+                    widest = dict(WIDEST_PLACEMENT, **self.hook.widest_record)
+                    _pins.Record.encode(dict(record, **widest))  # fail before the swap if it cannot fit
+                    for mate in self.mates:
+                        mate.record = self._mate_record(mate)
+                        journal.did(functools.partial(self._release_mate, mate), "the object store's reference for "
+                                    "%s's %s program" % (mate.hook.ifname, mate.hook.label))
+                    self._objects().keep(self.desired.path, record, self.object_data)  # a rollback finds it by digest
+                    for mate in self.mates:
+                        self._mate_objects(mate).keep(self.desired.path, mate.record, self.object_data)
+                    self.hook.prepare(loaded)
+                    for mate in self.mates:
+                        mate.hook.prepare(mate.loaded)
+                    if reset.moved:
+                        # Until the old maps are retired, a migrating upgrade can go back: keep the old programs.
+                        way_back = journal.hold(WayBack(self.hook, observed, old, record))
+                        for mate in self.mates:
+                            mate.way_back = WayBack(mate.hook, mate.observed, mate.observed.record, mate.record)
+                    attachment = self._swap(action, observed, loaded.program)
+                    attached = True
+                    journal.keep(made)
+                    if way_back:
+                        journal.did(functools.partial(self._go_back, way_back, reset),
+                                    "the old program on the %s hook of %s" % (self.hook.label, self.hook.ifname))
+                        way_back.swapped(action, attachment, loaded)
+                    fault_point("after_swap")
+                    # A map set's other attachments, one after the other: until the last, frames on some hooks are
+                    # counted in the new maps and on the others in the old ones, which the top-up below adds.
+                    for mate in self.mates:
+                        moved = mate.hook.update_link(mate.observed, mate.loaded.program) \
+                            if mate.action == UPDATE_LINK else mate.hook.replace(mate.observed, mate.loaded.program)
+                        mate.way_back.swapped(mate.action, moved, mate.loaded)
+                        journal.did(functools.partial(self._put_back, mate.hook, mate.way_back),
+                                    "the old program on the %s hook of %s" % (mate.hook.label, mate.hook.ifname))
+                        mate.record.update(moved.as_record())
+                        if moved.program is not None:  # the hook's own copy is the program on the hook
+                            mate.on_hook = moved.program
+                            mate.record["prog_id"] = moved.program.info()["id"]
+                        fault_point("after_set_swap")
+                    try:
+                        reset.add_gained()  # no old program counts into the maps set aside any more
+                    except (_migration.MigrationError, _bpf.BpfError) as exc:
+                        raise _migration.MigrationError(
+                            "what the old maps counted between the copy and the swap could not be added to the new "
+                            "ones: %s" % exc) from exc
+                    fault_point("after_attach")
+                    if attachment.program is not None:
+                        with attachment.program:  # the hook's own copy is the program on the hook
+                            record["prog_id"] = attachment.program.info()["id"]
+                            self.pins.replace_pin(attachment.program, self.pins.prog_path)
+                    else:
+                        self.pins.replace_pin(loaded.program, self.pins.prog_path)
+                    loaded.pin_maps()  # bcc's tables, once their program is on the hook (libbpf pinned at load)
+                    fault_point("after_pin")
+                    record.update(attachment.as_record())
+                    fault_point("before_record")
+                    self.pins.record.write(record)
+                    for mate in self.mates:
+                        self._pin_mate(mate)
+                    fault_point("before_retire")
+                    # The point of no return of a migrating upgrade: the old maps, off the hooks with the old
+                    # programs, are dropped.
+                    reset.commit()
+            except Exception as exc:
+                failed = [str(error) for _what, error in journal.undo() if error is not None]
+                if way_back is not None and attached:
+                    # A migrating upgrade went back whole, the map set's other attachments first.
+                    if failed:
+                        raise HookError("%s; putting the old program (id %d) and its maps back failed too: %s"
+                                        % (exc, observed.prog_id, "; ".join(failed))) from exc
+                    self._objects().release(record, old)
+                    words = way_back.words(self.hook)
+                    if self.mates:
+                        words += ", and so are the map set's other attachments (%s)" % ", ".join(
+                            "%s's %s program id %d" % (m.hook.ifname, m.hook.label, m.observed.prog_id)
+                            for m in self.mates)
+                    self._drop_mates()
+                    if isinstance(exc, (EbpfXdpError, OSError)):
+                        raise HookError("%s; the upgrade was undone: %s" % (exc, words)) from exc
+                    raise
+                if not attached:
+                    self._drop_mates()
+                if failed:
+                    raise HookError("%s; undoing what the run made before it failed too: %s"
+                                    % (exc, "; ".join(failed))) from exc
+                raise
         self._objects().release(old, record)
         for mate in self.mates:
             self._mate_objects(mate).release(mate.observed.record, mate.record)
@@ -942,6 +942,24 @@ class Converger:
                          placement=attachment.placement, holder=attachment.holder, link_id=attachment.link_id,
                          record=record, extra=attachment.extra, placement_key=self.hook.placement_key)
         return True, self.state(after)
+
+    def _unmake(self, created: list[str]) -> None:
+        """A failure before the swap: the directories this run made go (a new map set's, with the maps the load
+        pinned in it: only this run's are there)."""
+        shared = self.desired.shared_maps
+        if shared and self.maps_dir(shared) in created:
+            shutil.rmtree(self.maps_dir(shared))
+        self.pins.undo(created)
+
+    def _release_mate(self, mate: SetMate) -> None:
+        self._mate_objects(mate).release(mate.record, mate.observed.record)
+
+    def _go_back(self, way_back: WayBack, reset: _migration.Reset) -> None:
+        """A migrating upgrade going back after its swap, once the map set's other attachments are back (their
+        steps came after this one): the old program back on the hook, then what the new programs counted in their
+        moments on the hooks added to the old maps, before their pins go back (set_aside's steps, before this)."""
+        self._put_back(self.hook, way_back)
+        self.warnings.extend(reset.carry_back())
 
     def _mate_objects(self, mate: SetMate) -> _revisions.Keeper:
         return _revisions.Keeper(self.desired.object_store, mate.hook.pins.record.path)
@@ -956,8 +974,8 @@ class Converger:
         """A migrating upgrade that failed after its swap, before its point of no return: the old program back in
         the new one's place on hook (atomically where the swap was: the link updated back, the netlink program or
         filter replaced back; otherwise detached and restored, as a failed reattach), its pin and the record as
-        they were. The caller then adds to the old maps what the new programs counted in their moments on the hooks
-        (Reset.carry_back) and puts them back under their names (the new ones dropped)."""
+        they were. Then (the upgrade's journal, see _go_back) what the new programs counted in their moments on the
+        hooks is added to the old maps (Reset.carry_back), which go back under their names (the new ones dropped)."""
         attachment = way_back.attachment
         on_hook = Observed(prog_id=way_back.new_id, placement=attachment.placement, holder=attachment.holder,
                            link_id=attachment.link_id, record=way_back.record_after, extra=dict(attachment.extra),

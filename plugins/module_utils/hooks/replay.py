@@ -43,6 +43,7 @@ from typing import Iterator
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, loader as _loader, pins as _pins
 from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge, revisions as _revisions
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import names as _names, netns as _netns
+from ansible_collections.ebpf.xdp.plugins.module_utils.host.journal import Journal
 from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import pcap as _pcap
 # Above the hooks layer as converge's own import of it: a candidate's changed maps migrate as its upgrade's would.
 from ansible_collections.ebpf.xdp.plugins.module_utils.maps import migration as _migration
@@ -332,7 +333,7 @@ def load_side(label: str, path: str, program: str | None, prog_type: str, consta
             raise ReplayError("%s (map_migration: %s)" % (refused, policy))
         reviews = [review.elsewhere(maps_dir) for review in reviews]
     reset = _migration.Reset(reviews)
-    reset.set_aside()
+    reset.set_aside(Journal())  # the copies are this replay's own: a failure leaves nothing to put back there
     try:
         loaded = _loader.load(path, program, prog_type, constants, maps_dir=maps_dir, load_as=load_as,
                               section=section, data=data)

@@ -10,8 +10,10 @@ Private to the ebpf.xdp collection: the interface may change without notice.
 
 Every section keeps its changes here: a devmap group's map writes, pins and record (maps/devmap), a map's
 entries (maps/map_entry), a hook's program detached for a switch (hooks/converge: put back when the new one
-cannot be attached), and the entries of a datapath run (_datapath: a hook held as it was, the sources written,
-the parameters that converge an entry back). The journal also holds what an undo needs alive until the
+cannot be attached), a program's upgrade (hooks/converge: the directories it made, the map pins a migration
+set aside, maps/migration, and once the new program is on the hook a migrating upgrade's way back: each hook's
+old program, then what the new ones counted carried back to the old maps), and the entries of a datapath run
+(_datapath: a hook held as it was, the sources written, the parameters that converge an entry back). The journal also holds what an undo needs alive until the
 end (a program or map by its fd, a hook held as it was) and closes it once the work is over.
 """
 
@@ -39,9 +41,16 @@ class Journal:
         self.held.append(obj)
         return obj
 
-    def did(self, undo: Callable[[], object], what: str = "") -> None:
-        """A change is done; undo() takes it back."""
-        self.steps.append((undo, what))
+    def did(self, undo: Callable[[], object], what: str = "") -> tuple:
+        """A change is done; undo() takes it back. Returns the step, for keep()."""
+        step = (undo, what)
+        self.steps.append(step)
+        return step
+
+    def keep(self, step: tuple) -> None:
+        """A change that now stands whatever fails after it (the directories of a program now on its hook, the
+        maps an upgrade retired at its point of no return): its undo is dropped, the others' stay."""
+        self.steps = [kept for kept in self.steps if kept is not step]
 
     def undo(self) -> list[tuple[str, Exception | None]]:
         """Undo every step in reverse, each tried whatever became of the others: (what, the error or None) of each,

@@ -33,7 +33,8 @@ swap is added then.
 The commit (the old pins dropped) is the upgrade's last step, its point of
 no return: a failure before it, after the swap too, puts the old program
 back, adds to the old maps what the new program counted meanwhile
-(`carry_back`) and then puts the old pins back (`undo`). A run killed between setting a pin
+(`carry_back`) and then puts the old pins back, all through the upgrade's
+journal (host/journal), where `set_aside` keeps each pin's way back. A run killed between setting a pin
 aside and its commit or undo leaves it set aside; the next run's `recover`
 puts it back or drops it, by whether the program on the hook still uses it.
 
@@ -44,10 +45,12 @@ the object (before load) and the pins.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Callable
 
+from ansible_collections.ebpf.xdp.plugins.module_utils.host.journal import Journal
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf
 from ansible_collections.ebpf.xdp.plugins.module_utils.maps import btf as _btf
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
@@ -274,28 +277,30 @@ def refusal(object_path: str, maps_dir: str, reviews: list[Review]) -> str | Non
 
 
 class Reset:
-    """The pins of maps being reset or migrated, set aside so the load pins new maps in their place: `copy()`
-    carries a migrated map's entries into its new map before the swap, `add_gained()` what its counters gained
-    after it, `commit()` drops the old pins as the upgrade's last step (the new program on the hook, pinned and
-    recorded), `undo()` puts them back when the upgrade fails before (after the swap, once the old program is
-    back on the hook)."""
+    """The pins of maps being reset or migrated, set aside so the load pins new maps in their place, each with its
+    undo in the upgrade's journal (host/journal: the old pin back under its name, the new map the load pinned
+    there dropped; run when the upgrade fails before its commit, after the swap once the old program is back on
+    the hook): `copy()` carries a migrated map's entries into its new map before the swap, `add_gained()` what
+    its counters gained after it, `carry_back()` what the new programs counted when the upgrade goes back after
+    its swap, `commit()` drops the old pins as the upgrade's last step (the new program on the hook, pinned and
+    recorded) and their undo with them."""
 
     def __init__(self, reviews: list[Review]):
         self.moved = [(r.path, os.path.join(os.path.dirname(r.path), SET_ASIDE % r.name), r)
                       for r in reviews if r.outcome in (RESET_DONE, MIGRATED)]
+        self.journal: Journal | None = None
+        self.steps: list = []
 
-    def set_aside(self) -> None:
-        done = []
-        try:
-            for pin, aside, review_ in self.moved:
-                if os.path.exists(aside):
-                    os.unlink(aside)  # left by a run that stopped before its commit or undo
-                os.rename(pin, aside)
-                done.append((pin, aside, review_))
-        except OSError:
-            self.moved = done
-            self.undo()
-            raise
+    def set_aside(self, journal: Journal) -> None:
+        """Each pin set aside, its way back in journal as soon as it is (a rename that fails leaves the ones
+        before it to the journal)."""
+        self.journal = journal
+        for pin, aside, review_ in self.moved:
+            if os.path.exists(aside):
+                os.unlink(aside)  # left by a run that stopped before its commit or undo
+            os.rename(pin, aside)
+            self.steps.append(journal.did(functools.partial(_put_back_pin, pin, aside),
+                                          "map %s's pin set aside" % review_.name))
 
     def copy(self, during: Callable[[], None] | None = None) -> None:
         """Each migrated map's entries into its new map; during() after a first entry is written (a fault point's
@@ -310,8 +315,9 @@ class Reset:
                 review_.copy.add_gained(aside)
 
     def carry_back(self) -> list[str]:
-        """Before undo(), once the old programs are back on the hooks: what the new programs counted, added to the
-        old maps (Copy.carry_back); what cannot be, in words (the upgrade is going back anyway)."""
+        """Once the old programs are back on the hooks, before the old pins are (set_aside's steps in the journal):
+        what the new programs counted, added to the old maps (Copy.carry_back); what cannot be, in words (the
+        upgrade is going back anyway)."""
         words = []
         for _pin, aside, review_ in self.moved:
             if review_.copy is not None and os.path.exists(aside):
@@ -322,17 +328,21 @@ class Reset:
                                  "carried back to the old map, and is dropped with the new one: %s" % (review_.name, exc))
         return words
 
-    def undo(self) -> None:
-        for pin, aside, _review in self.moved:
-            if os.path.exists(pin):
-                os.unlink(pin)  # the new map the failed load pinned
-            os.rename(aside, pin)
-        self.moved = []
-
     def commit(self) -> None:
+        """The upgrade's point of no return: the old maps' pins dropped, and their way back in the journal."""
+        for step in self.steps:
+            self.journal.keep(step)
+        self.steps = []
         for _pin, aside, _review in self.moved:
             os.unlink(aside)
         self.moved = []
+
+
+def _put_back_pin(pin: str, aside: str) -> None:
+    """A pin set aside back under its name (the journal's undo of Reset.set_aside)."""
+    if os.path.exists(pin):
+        os.unlink(pin)  # the new map the failed load pinned
+    os.rename(aside, pin)
 
 
 def set_aside(maps_dir: str) -> bool:

@@ -59,3 +59,16 @@ def test_what_is_held_lives_until_the_journal_closes_newest_first():
     assert closed == ["second", "first"] and journal.steps == [] and journal.held == []
     journal.close()
     assert closed == ["second", "first"]
+
+
+def test_a_change_kept_stands_when_a_later_one_fails():
+    """keep(): a change past its point of no return (a program's directories once it is on its hook) is no
+    longer undone; the changes around it are."""
+    undone = []
+    journal = Journal()
+    journal.did(lambda: undone.append("first"), "first")
+    made = journal.did(lambda: undone.append("directories"), "directories")
+    journal.did(lambda: undone.append("third"), "third")
+    journal.keep(made)
+    journal.keep(made)  # twice: nothing more
+    assert [what for what, _error in journal.undo()] == ["third", "first"] and undone == ["third", "first"]

@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from ansible_collections.ebpf.xdp.plugins.module_utils.host.journal import Journal
 from ansible_collections.ebpf.xdp.plugins.module_utils.maps import btf as _btf, migration as _migration
 
 U64 = _btf.Int(8, name="__u64")
@@ -90,22 +91,41 @@ def test_the_refusal_names_each_map_each_difference_and_the_way_out():
     assert _migration.refusal("/obj/v2.o", "/pins/maps", reviews[1:]) is None
 
 
-def test_a_reset_sets_the_pin_aside_and_puts_it_back_or_drops_it(tmp_path):
+def test_a_reset_sets_the_pin_aside_and_its_journal_puts_it_back_or_the_commit_drops_it(tmp_path):
     pin = tmp_path / "stats"
     pin.write_text("old map")
     reset = _migration.Reset([_migration.Review("stats", str(pin), _migration.RESET_DONE),
                               _migration.Review("kept", str(tmp_path / "kept"), _migration.KEPT)])
-    reset.set_aside()
+    journal = Journal()
+    reset.set_aside(journal)
     assert not pin.exists() and (tmp_path / "stats__before_reset").read_text() == "old map"
     pin.write_text("new map")  # what the load pins
-    reset.undo()
+    assert list(journal.undo()) == [("map stats's pin set aside", None)]
     assert pin.read_text() == "old map" and os.listdir(tmp_path) == ["stats"]
 
     reset = _migration.Reset([_migration.Review("stats", str(pin), _migration.RESET_DONE)])
-    reset.set_aside()
+    journal.did(lambda: None, "an earlier change")
+    reset.set_aside(journal)
     pin.write_text("new map")
     reset.commit()
     assert pin.read_text() == "new map" and os.listdir(tmp_path) == ["stats"]
+    # The commit is the point of no return: the journal no longer puts the old pin back; the earlier change stays.
+    assert [what for _undo, what in journal.steps] == ["an earlier change"]
+
+
+def test_a_set_aside_that_fails_half_way_leaves_the_pins_moved_to_its_journal(tmp_path):
+    for name in ("a", "b"):
+        (tmp_path / name).write_text("old " + name)
+    (tmp_path / "b__before_reset").mkdir()  # what a rename cannot replace: the second set-aside fails
+    (tmp_path / "b__before_reset" / "x").write_text("")
+    reset = _migration.Reset([_migration.Review(name, str(tmp_path / name), _migration.RESET_DONE)
+                              for name in ("a", "b")])
+    journal = Journal()
+    with pytest.raises(OSError):
+        reset.set_aside(journal)
+    assert not (tmp_path / "a").exists() and [what for _undo, what in journal.steps] == ["map a's pin set aside"]
+    journal.undo()
+    assert (tmp_path / "a").read_text() == "old a" and (tmp_path / "b").read_text() == "old b"
 
 
 def raw(*numbers, width=8):

@@ -8,7 +8,7 @@ when a later change fails.
 
 Private to the ebpf.xdp collection: the interface may change without notice.
 
-Every section keeps its changes here: a devmap group's map writes, pins and record (maps/devmap), a map's
+Every section keeps its changes here: a devmap group's map writes, pins, record and directory (maps/devmap), a map's
 entries (maps/map_entry), a hook's program detached for a switch (hooks/converge: put back when the new one
 cannot be attached), a program's upgrade (hooks/converge: the directories it made, the map pins a migration
 set aside, maps/migration, and once the new program is on the hook a migrating upgrade's way back: each hook's

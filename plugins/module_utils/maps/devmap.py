@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import fcntl
+import functools
 import ipaddress
 import json
 import os
@@ -747,9 +748,12 @@ class GroupManager:
         if self.check_mode:
             return self._result(True, group_id, name, before, after, result_members, want_addresses)
         pins = group_pins(self.set_dir, self.pin_root, group_id)
-        created = pins.make(maps=False)
-        try:
-            with Journal() as journal:
+        with Journal() as journal:
+            created = pins.make(maps=False)
+            if not exists:
+                journal.did(functools.partial(pins.undo, created), "group %d's directory" % group_id)
+
+            def work():
                 prog = None
                 if load_egress:
                     loaded = journal.hold(self._load_egress(egress))
@@ -757,21 +761,15 @@ class GroupManager:
                 elif egress:
                     prog = journal.hold(_bpf.Program.from_id(egress["prog_id"]))
                 new_record = self._encode_record(group_id, name, egress)
+                self._write(mset, journal, group_id, exists, members, want_members, addresses, want_addresses,
+                            flags, prog)
+                # Inside the journal: a failed pin or record write puts the maps back, so they never hold a group
+                # whose record says otherwise (or that has none).
+                pin_program(journal, pins, prog if load_egress else None, drop=egress is None)
+                write_record(journal, pins, new_record, record)
 
-                def work():
-                    self._write(mset, journal, group_id, exists, members, want_members, addresses,
-                                want_addresses, flags, prog)
-                    # Inside the journal: a failed pin or record write puts the maps back, so they never
-                    # hold a group whose record says otherwise (or that has none).
-                    pin_program(journal, pins, prog if load_egress else None, drop=egress is None)
-                    write_record(journal, pins, new_record, record)
-
-                journal.run(work, self._half_changed)
-            self.wrote_set = True
-        except Exception:
-            if not exists:
-                pins.undo(created)
-            raise
+            journal.run(work, self._half_changed)
+        self.wrote_set = True
         return self._result(True, group_id, name, before, after, result_members, want_addresses)
 
     def _half_changed(self, exc: Exception, failed: list[str]) -> GroupError:

@@ -13,8 +13,9 @@ entries (maps/map_entry), a hook's program detached for a switch (hooks/converge
 cannot be attached), a program's upgrade (hooks/converge: the directories it made, the map pins a migration
 set aside, maps/migration, and once the new program is on the hook a migrating upgrade's way back: each hook's
 old program, then what the new ones counted carried back to the old maps), and the entries of a datapath run
-(_datapath: a hook held as it was, the sources written, the parameters that converge an entry back). The journal also holds what an undo needs alive until the
-end (a program or map by its fd, a hook held as it was) and closes it once the work is over.
+(_datapath: a hook held as it was, the sources written, the parameters that converge an entry back). The journal
+also holds what an undo needs alive until the end (a program or map by its fd, a hook held as it was) and closes
+it once the work is over.
 """
 
 from __future__ import annotations

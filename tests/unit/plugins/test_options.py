@@ -91,3 +91,56 @@ def test_the_role_takes_the_modules_choices_and_types_unless_the_source_says_oth
     programs = main["xdp_deploy_programs"]["options"]
     assert programs["mode"]["choices"] == _argspecs.XDP_PROGRAM_OPTIONS["mode"]["choices"]
     assert programs["object"]["type"] == "str"  # the role names an object of xdp_deploy_objects, not a path
+
+
+# ---------------------------------------------------------------- copies Ansible requires: they must agree
+
+
+def role_specs():
+    """(role, entry point, its options) of every role's meta/argument_specs.yml."""
+    roles = os.path.join(ROOT, "roles")
+    for role in sorted(os.listdir(roles)):
+        path = os.path.join(roles, role, "meta", "argument_specs.yml")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as handle:
+                for entry, spec in yaml.safe_load(handle)["argument_specs"].items():
+                    yield role, entry, spec.get("options") or {}
+
+
+def test_every_role_s_pin_root_is_the_modules_default():
+    """A role's pin root option (in every entry point that takes it) and its default value say the modules'
+    O(pin_root) default, which docs/options.yml and bpf/pins both name (checked above)."""
+    found = []
+    for role, entry, options in role_specs():
+        for name, option in options.items():
+            if name.endswith("_pin_root"):
+                found.append((role, entry, name, option.get("default")))
+    assert found and {default for *_where, default in found} == {_pins.DEFAULT_PIN_ROOT}, found
+    defaults = []
+    for role in sorted(os.listdir(os.path.join(ROOT, "roles"))):
+        path = os.path.join(ROOT, "roles", role, "defaults", "main.yml")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as handle:
+                values = yaml.safe_load(handle) or {}
+            defaults += [(name, value) for name, value in values.items() if name.endswith("_pin_root")]
+    # A role that takes another role's pin root falls back to the same default: "{{ x | default('...') }}".
+    assert defaults and all(value == _pins.DEFAULT_PIN_ROOT or "default('%s')" % _pins.DEFAULT_PIN_ROOT in value
+                            for _name, value in defaults), defaults
+
+
+def test_xdp_deploy_s_objects_take_bpf_object_s_compile_options_as_it_types_them():
+    """xdp_deploy's objects become datapath's objects entries, which take ebpf.xdp.bpf_object's options
+    (plugins/filter/deploy_config passes include_dirs, defines and cflags on): the role types them as the module
+    does (its DOCUMENTATION, which validate-modules holds to its argument spec)."""
+    spec = importlib.util.spec_from_file_location("bpf_object_module",
+                                                  os.path.join(ROOT, "plugins", "modules", "bpf_object.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    documented = yaml.safe_load(module.DOCUMENTATION)["options"]
+    [objects] = [options["xdp_deploy_objects"]["options"] for role, entry, options in role_specs()
+                 if role == "xdp_deploy" and entry == "main"]
+    passed_on = ("include_dirs", "defines", "cflags")
+    assert set(passed_on) <= set(objects), sorted(objects)
+    for name in passed_on:
+        assert {key: objects[name].get(key) for key in ("type", "elements")} == \
+            {key: documented[name].get(key) for key in ("type", "elements")}, name

@@ -262,11 +262,27 @@ class Run:
         # Check mode: the named attachments (section, entry_key) an earlier entry would put in place, which a
         # later entry may be placed beside (tc's before/after) although the kernel does not hold them yet.
         self.predicted: set[tuple] = set()
+        # The step's entry's map set's other attachments its migration moves, each held as it was (hold_mates),
+        # with its kind and entry; None outside a step.
+        self.mates_held: list | None = None
+        self.netns_of_step: str | None = None
 
     def converge(self, section: str, params: dict, before_change: Callable[[], None] | None = None) -> dict:
         result, warnings = SECTIONS[section].converge(params, self.check_mode, self, before_change)
         self.warnings.extend(warnings)
         return result
+
+    def hold_mates(self, mates: list[tuple[str, dict]]) -> None:
+        """Before an entry's migrating upgrade moves its map set's other attachments (kind, entry): each held as it
+        is, put back with the entry when a later one fails."""
+        if self.mates_held is None or self.check_mode or self.netns_of_step is None:
+            return
+        for kind, entry in mates:
+            # As its section's entries are: its module's options (an XDP entry has no direction).
+            entry = dict({k: v for k, v in entry.items() if k in SECTIONS[kind].spec}, netns=self.netns_of_step)
+            held = _converge.hold(kind, entry)
+            if held is not None:
+                self.mates_held.append((kind, entry, held))
 
     def ship(self, sources: _compile.Sources) -> None:
         """Write the sources that differ on the host, before the objects compile from them."""
@@ -287,6 +303,7 @@ class Run:
             section, keys_of(section, params)[0])
         # A hook of ours is held as it was right before the step's first change (none: nothing held).
         holds: list = []
+        self.mates_held, self.netns_of_step = [], params.get("netns")
 
         def before_change():
             if not holds:
@@ -308,6 +325,11 @@ class Run:
                         what = label if index is None else "%s (%s)" % (
                             label, describe(section, keys_of(section, params)[0]))
                         self.journal.did(self._putting_back(section, undo), what)
+                    for kind, entry, mate in self.mates_held:
+                        # Journalled after the entry: put back before it, as a failed migration puts them back.
+                        self.journal.did(self.journal.hold(mate).put_back, "%s's map set: %s" % (
+                            label, describe(kind, keys_of(kind, entry)[0])))
+                    self.mates_held = []
                     if os.environ.get(FAULT_AFTER_ENV) == str(len(self.changes)):
                         raise InjectedFault("fault injected after change %d" % len(self.changes))
         except Exception as exc:
@@ -316,9 +338,11 @@ class Run:
                 raise ItemError("%s: %s" % (label, exc), put_back) from exc
             raise  # a bug: it keeps its traceback
         finally:
-            for unused in [held] + holds:  # held: not journalled (no change); holds: the converger failed
+            # held: not journalled (no change); holds and the mates': the converger failed (it put them back)
+            for unused in [held] + holds + [mate for _kind, _entry, mate in self.mates_held or []]:
                 if unused:
                     unused.close()
+            self.mates_held = self.netns_of_step = None
         if index is not None:
             self.results[section].append(dict(result, item={k: v for k, v in params.items() if k != "pin_root"}))
 

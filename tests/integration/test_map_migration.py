@@ -11,7 +11,7 @@ import struct
 
 import pytest
 
-from conftest import assert_rhythm, compile_bpf, long_case, sh
+from conftest import ROOT, assert_rhythm, compile_bpf, long_case, sh
 from kernel_features import needs
 from test_tc_program import filters
 
@@ -322,6 +322,76 @@ def test_a_shared_map_set_is_refused_when_an_attachment_cannot_move_with_it(run,
         assert (host(pair, attached[0]), pair.xdp_prog_id(dev="a1")) == before
 
 
+def test_a_run_on_a_set_mate_during_the_sets_migration_waits_for_it_and_finds_it_done(run, pair, objects):
+    """eth0's migrating upgrade of the set it shares with a1 (paused after its load, holding the set's lock and
+    both interfaces'), and a1's own task with the same object started meanwhile: a1's run takes the set's lock
+    before a1's, so it waits for eth0's to end (no run holds a lock the other waits for), then finds a1 moved
+    already and changes nothing; neither waits for a timeout."""
+    import threading  # pylint: disable=import-outside-toplevel
+    import time  # pylint: disable=import-outside-toplevel
+    from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge  # pylint: disable=import-outside-toplevel
+
+    a1_mac = second_port(pair)
+    args = dict(netns=pair.rx, object=objects["v1"], program="xdp_count_rec", shared_maps="counters")
+    attached = [run("xdp_program", dict(args, interface=ifname)) for ifname in ("eth0", "a1")]
+    assert all(one["changed"] and not one.get("failed") for one in attached), attached
+    send(run, pair, 100)
+    send_a1(run, pair, a1_mac, 20)
+    upgrade = dict(args, object=objects["added"])
+    results, took = {}, {}
+
+    def upgrade_eth0():
+        start = time.monotonic()
+        results["eth0"] = run("xdp_program", dict(upgrade, interface="eth0"),
+                              env={_converge.FAULT_POINT_ENV: "pause:after_load"})
+        took["eth0"] = time.monotonic() - start
+
+    thread = threading.Thread(target=upgrade_eth0)
+    thread.start()
+    try:
+        time.sleep(1.5)  # eth0's run holds its locks and pauses
+        start = time.monotonic()
+        results["a1"] = run("xdp_program", dict(upgrade, interface="a1"))
+        took["a1"] = time.monotonic() - start
+    finally:
+        thread.join()
+    assert results["eth0"]["changed"] and not results["eth0"].get("failed"), results
+    assert [m["interface"] for m in results["eth0"]["shared_maps_moved"]] == ["a1"], results
+    assert results["a1"]["changed"] is False and not results["a1"].get("failed"), results
+    assert results["a1"]["id"] == results["eth0"]["shared_maps_moved"][0]["id"] == pair.xdp_prog_id(dev="a1")
+    # a1's run waited for the rest of eth0's pause, far from the 30 s of a lock timeout.
+    assert took["eth0"] < 15 and 0.5 < took["a1"] < 15, took
+    assert read_u64s(attached[0]["maps"]["stats"])[bytes(4)] == (120, 120 * SIZE, 0)
+
+
+def test_a_lock_held_too_long_names_itself_and_its_holder(pair):
+    """A run that waits (with a timeout) for a lock another run holds says which lock, which process holds it and
+    what else that one holds, and what this run holds meanwhile."""
+    import subprocess  # pylint: disable=import-outside-toplevel
+    import sys  # pylint: disable=import-outside-toplevel
+
+    key = "test-%s" % pair.rx
+    holder = subprocess.Popen(  # pylint: disable=consider-using-with
+        [sys.executable, "-c", "import sys, time\n"
+         "from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import pins\n"
+         "with pins.lock(sys.argv[1], pins.shared_maps_lock('counters')), pins.lock(sys.argv[1], 'a1'):\n"
+         "    print('held', flush=True)\n"
+         "    time.sleep(30)\n", key], stdout=subprocess.PIPE, text=True,
+        env=dict(os.environ, PYTHONPATH=os.path.join(ROOT, ".build", "collections")))
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with _pins.lock(key, "eth0"):
+            with pytest.raises(_pins.PinError) as waited:
+                with _pins.lock(key, "a1", timeout=0.3):
+                    pass
+        assert str(waited.value) == (
+            "interface a1 has been held for 0 s by another run (pid %d, which holds map set counters too), and this "
+            "run, holding interface eth0, waits for it; nothing was changed, run again once it is over" % holder.pid)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 @pytest.mark.parametrize("version", ["swapped", "added", "grown"])
 def test_fields_carries_every_counter_by_name_and_counts_on(run, pair, objects, counting, version):
     args = dict(interface="eth0", netns=pair.rx, object=objects[version], program="xdp_count_rec",
@@ -510,17 +580,20 @@ def test_a_shared_map_set_upgrade_failing_at_each_step_puts_every_attachment_bac
     assert read_u64s(pin)[bytes(4)] == (120 * SIZE, 120)
 
 
-# make test: killed after eth0's swap with a1 still on the old map, on both holders; make test-long kills it at
-# each step.
+# make test: killed after eth0's swap with a1 still on the old map, on both holders, either attachment's task
+# first; make test-long kills it at each step.
+@pytest.mark.parametrize("first", ["eth0", "a1"])
 @pytest.mark.parametrize("point", [long_case("after_load"), "after_swap", long_case("after_set_swap"),
                                    long_case("before_retire")])
 @pytest.mark.parametrize("kind", ["xdp", "cls_bpf"])
 def test_a_shared_map_set_upgrade_killed_at_each_step_converges_with_every_counter(
-        run, pair, objects, tc_objects, kind, point):
-    """Killed (SIGKILL: no undo) at each step of a map set's migration, after eth0's swap with a1 still on the old
-    map too (an XDP link updated, or a cls_bpf filter replaced, whose program is then known as ours by the set's
-    maps it uses): the re-run of eth0's task and then a1's converge, both on the new program over one map with
-    every frame counted once, and the runs after change nothing."""
+        run, pair, objects, tc_objects, kind, point, first):
+    """Killed (SIGKILL: no undo) at each step of a map set's migration (after eth0's swap, a1 is still on the old
+    map; after a1's, both are on the new one), with frames arriving on both afterwards: whichever attachment's task
+    runs next (eth0's, or a1's still on the old map) decides by the maps of both. Half moved, eth0 goes back to its
+    old program and the old map with what its new program counted; both moved, the old map is dropped. Either way
+    that run migrates the set whole, the other's task then changes nothing, and the one map holds every frame
+    counted once."""
     from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge  # pylint: disable=import-outside-toplevel
 
     a1_mac = second_port(pair)
@@ -536,16 +609,62 @@ def test_a_shared_map_set_upgrade_killed_at_each_step_converges_with_every_count
     stopped = run(module, dict(args, interface="eth0", object=versions["swapped"]),
                   env={_converge.FAULT_POINT_ENV: point})
     assert stopped.get("killed"), stopped
-    for ifname in ("eth0", "a1", "eth0", "a1"):
-        converged = run(module, dict(args, interface=ifname, object=versions["swapped"]))
-        assert not converged.get("failed") and converged["maps"]["stats"] == pin, converged
-    assert converged["changed"] is False
+    # Counted by whichever program each hook holds, into its maps.
+    send(run, pair, 10)
+    send_a1(run, pair, a1_mac, 10)
+    second = "a1" if first == "eth0" else "eth0"
+    converged = run(module, dict(args, interface=first, object=versions["swapped"]))
+    # before_retire: every program, pin and record was the new one; only the old map was left to drop.
+    assert converged["changed"] is (point != "before_retire") and not converged.get("failed") \
+        and converged["maps"]["stats"] == pin, converged
+    said = [w.split(" (")[0].split(":")[1].strip() for w in converged.get("warnings", []) if w.startswith("map stats")]
+    assert said == [{"after_load": "an upgrade stopped before its swap had set the map aside",
+                     "before_retire": "an upgrade stopped after its swap left the old map set aside",
+                     }.get(point, "an upgrade stopped before its end, with %s moved to the new map" % ", ".join(
+                         "%s's %s program" % (ifname, "XDP" if kind == "xdp" else "tc")
+                         for ifname in (("eth0",) if point == "after_swap" else ("a1", "eth0"))))], converged
     assert sh("ls", "-A", pin.rpartition("/")[0]).stdout.split() == ["stats"], "nothing set aside is left"
+    on_hooks = pair.xdp_prog_id(), pair.xdp_prog_id(dev="a1")
+    for check in (True, False):
+        same = run(module, dict(args, interface=second, object=versions["swapped"]), check=check)
+        assert same["changed"] is False and not same.get("failed"), same
+    again = run(module, dict(args, interface=first, object=versions["swapped"]))
+    assert again["changed"] is False and not again.get("failed"), again
+    if kind == "xdp":
+        assert (pair.xdp_prog_id(), pair.xdp_prog_id(dev="a1")) == on_hooks
     # swapped: bytes first now.
-    assert read_u64s(pin)[bytes(4)] == (120 * SIZE, 120)
+    assert read_u64s(pin)[bytes(4)] == (140 * SIZE, 140)
     send_a1(run, pair, a1_mac, 10)
     send(run, pair, 10)
-    assert read_u64s(pin)[bytes(4)] == (140 * SIZE, 140)
+    assert read_u64s(pin)[bytes(4)] == (160 * SIZE, 160)
+
+
+@pytest.mark.parametrize("first", ["eth0", "a1"])
+@pytest.mark.parametrize("point", ["after_swap", long_case("after_set_swap")])
+def test_a_shared_map_set_upgrade_killed_under_traffic_counts_every_frame_once(run, pair, objects, point, first):
+    """Killed between the copy and the point where the old map's gains are added, while frames arrive on both
+    attachments: what each program counted, into the old map after the copy or into the new one after its swap,
+    is in the one map after the next run (whichever attachment's task it is), once."""
+    from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge  # pylint: disable=import-outside-toplevel
+
+    a1_mac = second_port(pair)
+    args = dict(netns=pair.rx, object=objects["v1"], program="xdp_count_rec", shared_maps="counters")
+    attached = [run("xdp_program", dict(args, interface=ifname)) for ifname in ("eth0", "a1")]
+    assert all(one["changed"] and not one.get("failed") for one in attached), attached
+    pin = attached[0]["maps"]["stats"]
+    send(run, pair, 100)
+    frames = FRAMES // 3
+    upgrade = dict(args, object=objects["swapped"])
+    upgrade_under_traffic(run, pair, "xdp_program", dict(upgrade, interface="eth0"), frames=frames, refused=True,
+                          env={_converge.FAULT_POINT_ENV: point}, a1_mac=a1_mac)
+    converged = run("xdp_program", dict(upgrade, interface=first))
+    assert converged["changed"] and not converged.get("failed"), converged
+    assert any("with what the new programs counted meanwhile" in w for w in converged["warnings"]), converged
+    for ifname in ("eth0", "a1"):
+        assert run("xdp_program", dict(upgrade, interface=ifname))["changed"] is False
+    assert sh("ls", "-A", pin.rpartition("/")[0]).stdout.split() == ["stats"]
+    total = 2 * frames + 100
+    assert read_u64s(pin)[bytes(4)] == (total * SIZE, total)
 
 
 def read_u64s(pin):
@@ -694,6 +813,47 @@ def test_datapath_migrates_and_a_failing_entry_after_puts_the_old_program_and_ma
         "entries_copied": 1}]], first
 
 
+def test_datapath_puts_back_every_attachment_a_shared_map_set_migration_moved_when_a_later_entry_fails(
+        run, pair, objects, tmp_path):
+    """A datapath entry upgrades eth0 into a layout with a field added, which moves a1 (the set's other attachment)
+    too; the entry after it fails (its object does not open): eth0 and a1 get back their very programs, their pins
+    and records, and the set's pin its old map with every counter. Then the upgrade alone goes through in the
+    four-step rhythm, with a1 moved again."""
+    a1_mac = second_port(pair)
+    args = dict(netns=pair.rx, object=objects["v1"], program="xdp_count_rec", shared_maps="counters")
+    attached = [run("xdp_program", dict(args, interface=ifname)) for ifname in ("eth0", "a1")]
+    assert all(one["changed"] and not one.get("failed") for one in attached), attached
+    pin = attached[0]["maps"]["stats"]
+    send(run, pair, 100)
+    send_a1(run, pair, a1_mac, 20)
+
+    def host_now():
+        return (host(pair, attached[0]), pair.xdp_prog_id(dev="a1"), attachment_pins(attached[0]),
+                attachment_pins(attached[1]))
+    before = host_now()
+    broken = tmp_path / "broken.o"
+    broken.write_bytes(b"not an object")
+    entry = dict(args, interface="eth0", object=objects["added"])
+    failing = dict(entry, interface="lo", object=str(broken), shared_maps=None)
+    res = run("datapath", {"config": {"xdp": [entry, failing]}})
+    assert res.get("failed") and res["msg"].startswith("config.xdp[1]: "), res
+    assert "Traceback" not in json.dumps(res)
+    assert res["put_back"] == [
+        "config.xdp[0]'s map set: the XDP hook of a1 in netns %s: put back" % pair.rx,
+        "config.xdp[0] (the XDP hook of eth0 in netns %s): put back" % pair.rx], res
+    assert host_now() == before
+    assert sh("ls", "-A", pin.rpartition("/")[0]).stdout.split() == ["stats"]
+    # Both old programs count on into the old map.
+    send(run, pair, 10)
+    send_a1(run, pair, a1_mac, 10)
+    assert read_u64s(pin)[bytes(4)] == (140, 140 * SIZE)
+    first, _second = assert_rhythm(run, "datapath", {"config": {"xdp": [entry]}})
+    assert [change["entry"] for change in first["changes"]] == ["config.xdp[0]"], first
+    assert pair.xdp_prog_id(dev="a1") != before[1]
+    send_a1(run, pair, a1_mac, 10)
+    assert read_u64s(pin)[bytes(4)] == (150, 150 * SIZE, 0)
+
+
 def test_fields_refuses_a_key_field_removed_without_a_rule(run, pair, objects):
     args = dict(interface="eth0", netns=pair.rx, object=objects["keyed"], program="xdp_count_rec")
     attached = run("xdp_program", args)
@@ -816,8 +976,9 @@ def test_a_migrating_upgrade_stopped_at_each_step_converges_with_every_counter(r
     """Killed (SIGKILL: no undo) or failing at each step. A failure anywhere, before the swap or after it, leaves
     the old program on the hook with its map and every pin untouched (after the swap, the old program is swapped
     back in, the new map dropped). A kill before the swap leaves the map set aside, and the next run puts it back
-    before it migrates again; a kill after it leaves the new program counting into the new map, and the next run
-    drops the old one. Either way the re-run converges with every frame counted once, and the one after changes
+    before it migrates again; a kill right after it (the new program neither pinned nor recorded) is gone back from
+    by the next run, with what the new program counted, before it migrates again; a kill later leaves the new program
+    counting into the new map, and the next run drops the old one. Either way the re-run converges with every frame counted once, and the one after changes
     nothing."""
     args = dict(interface="eth0", netns=pair.rx, object=objects["swapped"], program="xdp_count_rec")
     before, pins_before = host(pair, counting), attachment_pins(counting)
@@ -834,6 +995,11 @@ def test_a_migrating_upgrade_stopped_at_each_step_converges_with_every_counter(r
     assert not converged.get("failed") and converged["maps"] == counting["maps"], converged
     if fault == "raise":
         assert recovered(converged) == [], "the failed run put its map back itself"
+    elif point == "after_swap":
+        # On the hook but neither pinned nor recorded, its copy's snapshot still there: back to the old program and
+        # map (with what the new one counted), and migrated again.
+        assert recovered(converged) == ["map stats: an upgrade stopped before its end, with eth0's XDP program moved "
+                                        "to the new map"]
     elif point in AFTER_SWAP:
         assert recovered(converged) == ["map stats: an upgrade stopped after its swap left the old map set aside"]
     else:

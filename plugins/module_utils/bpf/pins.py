@@ -540,16 +540,64 @@ def lock_generation(netns_key: str, name: str) -> int | None:
         os.close(fd)
 
 
+# The locks this process holds, (netns_key, name) in the order taken: taking one again yields the same HeldLock (a
+# map set's migration locks every interface of the set before its converger asks for its mates'), and a file beside
+# each lock (HOLDER) says who holds it and what else (`_holder`), for the message of a run that waits too long.
+_HELD: dict[tuple[str, str], HeldLock] = {}
+HOLDER = "%s.holder"
+
+
+def lock_label(name: str) -> str:
+    """A lock's name in words: an interface, a map set, or what else it serialises."""
+    if name.startswith(SHARED_MAPS + ":"):
+        return "map set %s" % name.split(":", 1)[1]
+    if ":" in name or name.startswith("map-"):
+        return "lock %s" % name
+    return "interface %s" % name
+
+
+def _holder() -> str:
+    """What a lock file says of the run that holds it: its process and the locks it held when it took this one."""
+    held = ", ".join(lock_label(name) for _key, name in list(_HELD)[:-1])
+    return "pid %d%s" % (os.getpid(), ", which holds %s too" % held if held else "")
+
+
+def _note_holder(path: str) -> None:
+    fd = _files.open_lock(HOLDER % path)
+    try:
+        data = _holder().encode()
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
+
+
+def _holder_of(path: str) -> str:
+    try:
+        fd = os.open(HOLDER % path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return "a run that did not say who it is"
+    try:
+        return os.pread(fd, 512, 0).decode(errors="replace").strip() or "a run that did not say who it is"
+    finally:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def lock(netns_key: str, name: str, timeout: float | None = None) -> Iterator[HeldLock]:
     """Serialise changes to one thing (an interface, a group) across concurrent module runs; with timeout, a
     PinError after that many seconds instead of waiting on (a run that holds other locks and must not wait for
-    ever on one more: a map set's migration locking its other attachments' interfaces). Yields the HeldLock,
-    for what its generation tells."""
+    ever on one more), which names the lock and the run that holds it. Yields the HeldLock, for what its
+    generation tells. A lock this process holds already is held on (the same HeldLock). Runs that take several
+    take them in one order: a map set's lock before any interface's, and interfaces by name (see
+    lock_set_and_interfaces)."""
+    if (netns_key, name) in _HELD:
+        yield _HELD[(netns_key, name)]
+        return
     path = lock_path(netns_key, name)
     # Root's only, like the pins: whoever can open a lock can hold it and stall every run; and never opened
     # through a link (O_NOFOLLOW, in a directory checked to be root's alone: host/files).
-    with os.fdopen(_files.open_lock(path), "w") as handle:
+    with os.fdopen(_files.open_lock(path), "r+") as handle:
         if timeout is None:
             fcntl.flock(handle, fcntl.LOCK_EX)
         else:
@@ -560,12 +608,34 @@ def lock(netns_key: str, name: str, timeout: float | None = None) -> Iterator[He
                     break
                 except BlockingIOError:
                     if time.monotonic() > deadline:
-                        raise PinError("another run has held %s for %.0f s; nothing was changed, run again once it "
-                                       "is over" % (name, timeout)) from None
+                        holder = _holder_of(path)
+                        raise PinError("%s has been held for %.0f s by another run (%s), and this run, holding %s, "
+                                       "waits for it; nothing was changed, run again once it is over" % (
+                                           lock_label(name), timeout, holder,
+                                           ", ".join(lock_label(n) for _k, n in _HELD) or "nothing")) from None
                     time.sleep(0.05)
         # What the session read before the lock stands (see host/session: read once per task, forgotten
         # per hook when written), unless the lock's generation says otherwise to whoever asks it.
         try:
-            yield HeldLock(handle.fileno())
+            held = _HELD[(netns_key, name)] = HeldLock(handle.fileno())
+            _note_holder(path)
+            yield held
         finally:
+            _HELD.pop((netns_key, name), None)
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def lock_set_and_interfaces(locks: contextlib.ExitStack, pin_root: str, netns_key: str, ifname: str,
+                            shared: str | None, timeout: float | None = None) -> None:
+    """Take, into locks, what a run on ifname needs in the one order every run takes them: the map set's lock
+    first (when it names one), then the interface's and those of the set's other attachments, by name (their
+    migration moves them too); the others' with timeout. A run on another attachment of the set waits for the
+    set's lock before it holds anything, so two runs never hold one lock each of two that both need."""
+    names = {ifname}
+    if shared:
+        locks.enter_context(lock(netns_key, shared_maps_lock(shared)))
+        # Who is in the set is read under its lock: an attachment joins it only under that lock.
+        names.update(os.path.basename(os.path.dirname(directory))
+                     for directory in shared_maps_users(pin_root, netns_key, shared))
+    for name in sorted(names):
+        locks.enter_context(lock(netns_key, name, timeout=None if name == ifname else timeout))

@@ -96,11 +96,12 @@ MOVE = "attach at the new place, then detach the old"
 
 # Test-only: the kill points of a run (see fault_point), named in this environment variable.
 FAULT_POINT_ENV = "EBPF_XDP_FAULT_POINT"
+PAUSE_SECONDS = 3.0
 
 
 def fault_point(name: str) -> None:
-    """Test-only: die here (SIGKILL, no cleanup) when EBPF_XDP_FAULT_POINT names this point, or raise an error
-    (the failure path runs) when it says `raise:` and the point.
+    """Test-only: die here (SIGKILL, no cleanup) when EBPF_XDP_FAULT_POINT names this point, raise an error
+    (the failure path runs) when it says `raise:` and the point, or wait PAUSE_SECONDS with `pause:`.
 
     A crash or an error at each step of an attach or an upgrade must leave
     state the next run converges (tests/integration/test_faults.py). Killing
@@ -112,6 +113,8 @@ def fault_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if wanted == "raise:" + name:
         raise HookError("fault injected at %s" % name)
+    if wanted == "pause:" + name:
+        time.sleep(PAUSE_SECONDS)  # another run meanwhile finds this one holding its locks
 
 
 # The largest placement a record can get, to check its size before the swap (with the hook's widest_record).
@@ -192,7 +195,8 @@ class Desired:
 MATE_DEFAULTS = {"mode": "auto", "name": None, "priority": None, "chain_call_actions": None, "direction": "ingress",
                  "method": "auto", "handle": None, "verdict": "drop", "before": None, "after": None}
 
-# Seconds a map set's migration waits for each other attachment's interface lock (it holds the set's already).
+# Seconds a run with a map set waits for each other attachment's interface lock (it holds the set's already, and
+# takes them by name: a wait that long is a run stuck, named in the error).
 MATE_LOCK_SECONDS = 30.0
 
 
@@ -211,6 +215,9 @@ class SetMate:
     way_back: WayBack | None = None
     # The program on the hook when the hook loaded a copy of its own (libxdp's dispatcher), until it is pinned.
     on_hook: _bpf.Program | None = None
+    # Its entry as it is (the options that leave it as it is, its adapter's entry_of): what holds it for a
+    # datapath put-back (hold).
+    entry: dict | None = None
 
     def close(self) -> None:
         for held in (self.way_back, self.on_hook):
@@ -446,8 +453,12 @@ class Converger:
     """Converges one hook (an adapter, see the module docstring) to a Desired state."""
 
     def __init__(self, hook, desired: Desired, check_mode: bool, load=_loader.load, netns_key: str | None = None,
-                 before_change: Callable[[], None] | None = None):
+                 before_change: Callable[[], None] | None = None,
+                 before_mates_change: Callable[[list[tuple[str, dict]]], None] | None = None):
         self.hook = hook
+        # Called with the map set's other attachments (kind, entry) a migrating upgrade moves, before it changes
+        # any of them (datapath holds each for its put-back).
+        self.before_mates_change = before_mates_change or (lambda mates: None)
         # Called once, right before the run's first change to the hook or its pins (datapath holds the hook as it
         # was then, for a put-back: a run that changes nothing holds nothing).
         self.before_change = before_change or (lambda: None)
@@ -622,7 +633,7 @@ class Converger:
         resolved = _loader.resolve_constants(self.desired.constants)
         identity = dict(self.desired.identity(digest, resolved), **self.hook.identity())
         if not self.check_mode:
-            self._recover_maps(observed)
+            observed = self._recover_maps(observed)
         action = plan_present(observed, self.desired.force, self._matches(observed, identity))
         if action == NOTHING:
             return False, before
@@ -665,23 +676,89 @@ class Converger:
         return self.load(self.desired.path, d.program, hook.prog_type, identity["resolved_constants"],
                          maps_dir=maps_dir, load_as=hook.load_as, section=d.section, **verified)
 
-    def _recover_maps(self, observed: Observed) -> None:
-        """Maps a migrating upgrade killed midway left set aside: back under their names, or dropped, by the maps
-        of the program on the hook (see _migration.recover)."""
-        maps_dirs = [maps_dir for maps_dir in sorted({self.maps_dir(None), self.maps_dir(self.desired.shared_maps)})
-                     if _migration.set_aside(maps_dir)]
-        if not maps_dirs:
-            return
+    def _recover_maps(self, observed: Observed) -> Observed:
+        """Maps a migrating upgrade killed midway left set aside, put in order by every attachment of them (see
+        _migration.Recovery): this one's own maps/ by its program; a map set's by every attachment's. Where a
+        set's attachments were stopped half moved, those on the new maps go back to the program pinned for
+        them (the old one: their pins and records change only once every attachment is on the new maps), so
+        that whichever attachment's task runs next, the set ends on one set of maps. Returns the hook as it
+        is after that."""
+        found = [(maps_dir, shared) for shared, maps_dir in sorted(
+            {(None, self.maps_dir(None)), (self.desired.shared_maps, self.maps_dir(self.desired.shared_maps))},
+            key=lambda pair: pair[1]) if _migration.set_aside(maps_dir)]
+        if not found:
+            return observed
         self.before_change()
-        in_use: set[int] = set(observed.map_ids)
-        if observed.prog_id and not in_use:
+        moved_self = False
+        for maps_dir, shared in found:
+            recovery = _migration.Recovery(maps_dir, self.desired.map_rename)
+            users = [(self.hook, observed)] + (self._set_users(shared) if shared else [])
+            in_use = [(hook, seen, _maps_in_use(seen)) for hook, seen in users]
+            on_new = [(hook, seen) for hook, seen, ids in in_use if recovery.uses_new(ids)]
+            half_moved = any(recovery.uses_old(ids) for _hook, _seen, ids in in_use)
+            # Every attachment moved, but none pinned or recorded yet and the gains not added: back too, so that
+            # every record describes the program on its hook (the task that runs migrates the set whole again).
+            unpinned = recovery.copied() and all(self._pinned_on_old(hook, recovery) for hook, _seen in on_new)
+            if on_new and (half_moved or unpinned):
+                for hook, seen in on_new:
+                    self._back_to_pinned(hook, seen, recovery)
+                    moved_self = moved_self or hook is self.hook
+                moved = sorted("%s's %s program" % (hook.ifname, hook.label) for hook, _seen in on_new)
+                self.warnings.extend(recovery.back(moved))
+            elif on_new:
+                self.warnings.extend(recovery.forward())
+            else:
+                self.warnings.extend(recovery.back())
+        return self.adopt(self.hook.observe()) if moved_self else observed
+
+    def _set_users(self, shared: str) -> list[tuple[HookAdapter, Observed]]:
+        """The map set's other attachments (by their records), each with what its hook holds now; those whose
+        hook cannot be read (an interface gone, a kind this run does not manage) hold no map."""
+        # pylint: disable-next=import-outside-toplevel,unused-import,cyclic-import
+        from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import adapters  # noqa: F401
+        users = []
+        for directory in _pins.shared_maps_users(self.pins.pin_root, self.netns_key, shared):
+            if directory == self.pins.directory:
+                continue
+            ifname, hook_dir = os.path.basename(os.path.dirname(directory)), os.path.basename(directory)
+            kind = _pins.hook_kind(hook_dir)
+            record = _pins.Record(os.path.join(directory, "owner")).read()
+            if kind not in ADAPTERS or not record:
+                continue
+            params = dict(MATE_DEFAULTS, **ADAPTERS[kind].entry_of(record, None, ifname, hook_dir),
+                          pin_root=self.pins.pin_root, state="present")
             try:
-                with _bpf.Program.from_id(observed.prog_id) as prog:
-                    in_use = set(prog.info()["map_ids"])
-            except _bpf.BpfError:
-                pass  # gone meanwhile: nothing uses the maps set aside
-        for maps_dir in maps_dirs:
-            self.warnings.extend(_migration.recover(maps_dir, in_use))
+                hook = ADAPTERS[kind].from_params(params, _netns.ifindex(ifname), self.netns_key)
+            except _netns.NotFoundError:
+                continue
+            users.append((hook, hook.observe()))
+        return users
+
+    @staticmethod
+    def _pinned_on_old(hook: HookAdapter, recovery: _migration.Recovery) -> bool:
+        """Whether the program pinned for the attachment is on the old maps (its pins not yet replaced)."""
+        try:
+            with _bpf.Program.from_pin(hook.pins.prog_path) as pinned:
+                return recovery.uses_old(pinned.info()["map_ids"])
+        except _bpf.BpfError:
+            return False
+
+    def _back_to_pinned(self, hook: HookAdapter, seen: Observed, recovery: _migration.Recovery) -> None:
+        """An attachment a stopped migration of its maps had moved to the new maps: the program still pinned for
+        it (its old one, on the old maps) swapped back in, atomically, as the swap was made."""
+        with _bpf.Program.from_pin(hook.pins.prog_path) as old:
+            if not recovery.uses_old(old.info()["map_ids"]):
+                raise HookError(
+                    "%s's %s program (id %d) uses the new maps of a migration that stopped before every attachment of "
+                    "%s had moved, and the program pinned for it (%s) is not on the old maps; nothing was changed. "
+                    "Remove the attachment (state: absent) and attach it again" % (
+                        hook.ifname, hook.label, seen.prog_id, recovery.maps_dir, hook.pins.prog_path))
+            if seen.holder == HELD_BY_LINK:
+                hook.update_link(seen, old)
+            else:
+                back = hook.replace(seen, old)
+                if back.program is not None:
+                    back.program.close()
 
     def _review_maps(self) -> _migration.Reset:
         """Compare the object's maps with those pinned where it will pin them: refuse (before anything changes)
@@ -740,6 +817,7 @@ class Converger:
             params = dict(MATE_DEFAULTS, **ADAPTERS[kind].entry_of(record, None, ifname, hook_dir),
                           pin_root=self.pins.pin_root, state="present", object_store=self.desired.object_store,
                           map_migration=self.desired.map_migration)
+            entry = dict(params)
             if self.desired.rollback:
                 params = _revisions.rollback_params(dict(params, revision=_revisions.PREVIOUS), record, where,
                                                     ADAPTERS[kind].rollback_options)
@@ -766,7 +844,7 @@ class Converger:
             desired = Desired.from_params(params)
             mate_identity = dict(desired.identity(digest, _loader.resolve_constants(desired.constants)),
                                  **hook.identity())
-            mates.append(SetMate(hook, observed, desired, mate_identity, action))
+            mates.append(SetMate(hook, observed, desired, mate_identity, action, entry=entry))
         return mates
 
     def _preview(self, observed: Observed, identity: dict, before: dict) -> tuple[bool, dict]:
@@ -791,6 +869,8 @@ class Converger:
         with contextlib.ExitStack() as mate_locks:
             if reset.moved and self.desired.shared_maps:
                 self.mates = self._set_mates(identity, mate_locks)
+                if self.mates:
+                    self.before_mates_change([(mate.hook.kind, mate.entry) for mate in self.mates])
             return self._apply_reviewed(observed, identity, before, reset)
 
     def _mate_record(self, mate: SetMate) -> dict:
@@ -1131,9 +1211,8 @@ class Held:
         try:
             with _session.host(), _netns.netns(params["netns"]), contextlib.ExitStack() as locks:
                 key = _netns.netns_key(params["netns"])
-                locks.enter_context(_pins.lock(key, ifname))
-                if self.record.get("shared_maps"):
-                    locks.enter_context(_pins.lock(key, _pins.shared_maps_lock(self.record["shared_maps"])))
+                _pins.lock_set_and_interfaces(locks, params["pin_root"], key, ifname, self.record.get("shared_maps"),
+                                              MATE_LOCK_SECONDS)
                 hook = self.make_hook(params, _netns.ifindex(ifname), key)
                 observed = hook.observe()
                 prog = self.held[self.pins.prog_path]
@@ -1145,33 +1224,41 @@ class Held:
                     attachment = converger._swap(plan_swap(observed, hook.in_place(observed), False), observed, prog)
                     record.update(attachment.as_record())
                     fresh_link = attachment.link_id not in (None, self.record.get("link_id"))
-                self._pins_back(skip=self.pins.link_path if fresh_link else None)
+                map_set = _pins.shared_maps_dir(params["pin_root"], key, self.record["shared_maps"]) \
+                    if self.record.get("shared_maps") else None
+                self._pins_back(skip=self.pins.link_path if fresh_link else None, map_set=map_set)
                 now = self.pins.record.read()
                 self.pins.record.write(record)
                 _revisions.Keeper(params.get("object_store"), self.pins.record.path).release(now, record)
         finally:
             self.close()
 
-    def _pins_back(self, skip: str | None) -> None:
-        """Each held pin where it was, pointing at what it held; in the attachment directory, no other pin.
-        The map set's pins are only put back where they went (with the set): its maps stay the same objects
-        through any upgrade, and its groups have their own put-back."""
+    def _pins_back(self, skip: str | None, map_set: str | None = None) -> None:
+        """Each held pin where it was, pointing at what it held; in the attachment directory, no other pin. Of
+        the map set, its maps (what a migrating upgrade of the set replaced with new ones) are put back, and a map
+        the upgrade added is dropped; its groups' pins have their own put-back (devmap_groups), and are only put
+        back where they went."""
+        def replaceable(path: str) -> bool:
+            return path.startswith(self.pins.directory + os.sep) or (
+                map_set is not None and os.path.dirname(path) == map_set)
+
         for path, obj in sorted(self.held.items()):
             if path == skip:
                 continue
             if os.path.exists(path):
-                if not path.startswith(self.pins.directory + os.sep):
+                if not replaceable(path):
                     continue
                 with _bpf.Fd.from_pin(path) as current:
                     if current.identity() == obj.identity():
                         continue
             _pins.make_dirs(os.path.dirname(path))
             self.pins.replace_pin(obj, path)
-        for base, _dirs, files in os.walk(self.pins.directory):
-            for name in files:
-                path = os.path.join(base, name)
-                if path not in self.held and path != skip:
-                    os.unlink(path)
+        for top in [self.pins.directory] + ([map_set] if map_set and os.path.isdir(map_set) else []):
+            for base, _dirs, files in os.walk(top):
+                for name in files:
+                    path = os.path.join(base, name)
+                    if path not in self.held and path != skip and replaceable(path):
+                        os.unlink(path)
 
 
 def hold(kind: str, params: dict) -> Held | None:
@@ -1201,6 +1288,16 @@ def hold(kind: str, params: dict) -> Held | None:
         return Held(params, ADAPTERS[kind].from_params, pins, record, held)
 
 
+def _maps_in_use(observed: Observed) -> list[int]:
+    """The ids of the maps the program on a hook uses (none: nothing there, or gone meanwhile)."""
+    if observed.map_ids or not observed.prog_id:
+        return list(observed.map_ids)
+    try:
+        return list(_bpf.program_info(observed.prog_id)["map_ids"])
+    except _bpf.BpfError:
+        return []
+
+
 def absent_without_interface(params: dict, check_mode: bool, make_hook: Callable,
                              before_change: Callable[[], None] | None = None) -> tuple[dict, list[str]] | None:
     """state: absent for an interface that no longer exists (None when it does).
@@ -1228,9 +1325,12 @@ def absent_without_interface(params: dict, check_mode: bool, make_hook: Callable
 
 
 def converge_interface(params: dict, check_mode: bool, make_hook: Callable,
-                       before_change: Callable[[], None] | None = None) -> tuple[dict, list[str]]:
+                       before_change: Callable[[], None] | None = None,
+                       before_mates_change: Callable[[list[tuple[str, dict]]], None] | None = None
+                       ) -> tuple[dict, list[str]]:
     """Converge the hook make_hook(params, ifindex, netns_key) builds on params' interface and netns;
-    before_change() is called once right before the first change, if any (see Converger).
+    before_change() is called once right before the first change, if any, and before_mates_change(mates) before
+    a migrating upgrade moves its map set's other attachments (see Converger).
 
     Outside check mode the pin root must be on bpffs and the interface is
     locked; the hook is read under the lock, since a concurrent run may have
@@ -1238,11 +1338,20 @@ def converge_interface(params: dict, check_mode: bool, make_hook: Callable,
     through the host session (_session): a datapath task's entries share it.
     """
     with _session.host():
-        return _converge_interface(params, check_mode, make_hook, before_change)
+        return _converge_interface(params, check_mode, make_hook, before_change, before_mates_change)
+
+
+def _rollback(params: dict, make_hook: Callable, key: str) -> dict:
+    """A task's options with revision: previous, as the revision it puts back (its record read now)."""
+    hook = make_hook(params, _netns.ifindex(params["interface"]), key)
+    return _revisions.rollback_params(params, hook.pins.record.read(),
+                                      "the %s hook of %s" % (hook.label, params["interface"]), hook.rollback_options)
 
 
 def _converge_interface(params: dict, check_mode: bool, make_hook: Callable,
-                        before_change: Callable[[], None] | None) -> tuple[dict, list[str]]:
+                        before_change: Callable[[], None] | None,
+                        before_mates_change: Callable[[list[tuple[str, dict]]], None] | None = None
+                        ) -> tuple[dict, list[str]]:
     _revisions.check_params(params)
     if params["state"] == "absent":
         gone = absent_without_interface(params, check_mode, make_hook, before_change)
@@ -1257,25 +1366,31 @@ def _converge_interface(params: dict, check_mode: bool, make_hook: Callable,
         if not check_mode:
             _netns.ifindex(ifname)  # a missing interface fails before any lock or bpffs check
             _pins.check_bpffs(params["pin_root"])
-            locks.enter_context(_pins.lock(key, ifname))
         elif os.path.commonpath([params["pin_root"], _pins.BPFFS_MOUNT]) != _pins.BPFFS_MOUNT:
             # Outside /sys/fs/bpf (what the toolchain role mounts) no earlier task makes pin_root bpffs: check mode
             # answers as the run would, not "a program ebpf.xdp did not attach" for records it cannot see.
             _netns.ifindex(ifname)
             _pins.check_bpffs(params["pin_root"])
-        if params.get("revision") == _revisions.PREVIOUS:
-            # The revision put back brings its program, map set and placement; read under the interface lock.
-            hook = make_hook(params, _netns.ifindex(ifname), key)
-            params = _revisions.rollback_params(params, hook.pins.record.read(),
-                                                "the %s hook of %s" % (hook.label, ifname), hook.rollback_options)
-            shared = params.get("shared_maps")
-        if not check_mode and shared and params["state"] == "present":
-            # Attachments of one set load (and create) its maps, or remove it, one at a time.
-            locks.enter_context(_pins.lock(key, _pins.shared_maps_lock(shared)))
+        rollback = params.get("revision") == _revisions.PREVIOUS
+        if rollback:
+            # The revision put back brings its program, map set and placement: read first to know the set to
+            # lock, and again under the locks, where it must name the same set.
+            shared = _rollback(params, make_hook, key).get("shared_maps")
+        if not check_mode:
+            # Attachments of one set load (and create) its maps, or remove it, one at a time, and its migration
+            # moves every attachment of the set: the set's lock, then the interfaces (see lock_set_and_interfaces).
+            _pins.lock_set_and_interfaces(locks, params["pin_root"], key, ifname,
+                                          shared if params["state"] == "present" else None, MATE_LOCK_SECONDS)
+        if rollback:
+            rolled = _rollback(params, make_hook, key)
+            if not check_mode and rolled.get("shared_maps") != shared:
+                raise _pins.PinError("the previous revision of %s's attachment changed while this run waited for its "
+                                     "locks (another run); nothing was changed, run again" % ifname)
+            params, shared = rolled, rolled.get("shared_maps")
         hook = make_hook(params, _netns.ifindex(ifname), key)
         desired = Desired.from_params(params)
         converger = Converger(hook, desired, check_mode, load=desired.loader(), netns_key=key,
-                              before_change=before_change)
+                              before_change=before_change, before_mates_change=before_mates_change)
         result = dict(converger.run(), netns=params["netns"])
     # The locks are dropped: a set left behind is taken under its own lock only (no lock order to keep).
     converger.release_sets()

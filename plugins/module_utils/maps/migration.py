@@ -35,8 +35,11 @@ no return: a failure before it, after the swap too, puts the old program
 back, adds to the old maps what the new program counted meanwhile
 (`carry_back`) and then puts the old pins back, all through the upgrade's
 journal (host/journal), where `set_aside` keeps each pin's way back. A run killed between setting a pin
-aside and its commit or undo leaves it set aside; the next run's `recover`
-puts it back or drops it, by whether the program on the hook still uses it.
+aside and its commit or undo leaves it set aside; the next run's `Recovery`
+puts it back or drops it, by the maps the programs of every attachment of
+the maps use (a map set's too, whichever attachment's task runs next), and
+adds what was counted since the copy (from the snapshot the copy pinned,
+`AT_COPY`) where it goes.
 
 `compare` and `shape` are pure and tested without a kernel; `review` reads
 the object (before load) and the pins.
@@ -70,6 +73,11 @@ REFUSED = "refused"
 # The pin of a map being reset, beside the new one until the new program is on the hook (bpffs refuses a "." in
 # a name).
 SET_ASIDE = "%s__before_reset"
+# A migrated map's entries as the copy read them, pinned beside it from the copy until what the old map gained
+# after it is added (`Copy.add_gained`): a run killed in between leaves what the next run's `Recovery` needs to
+# add those gains (or, going back, to carry back what the new programs counted) exactly once.
+AT_COPY = "%s__at_copy"
+_SNAPSHOT_TYPES = {False: 1, True: 5}  # BPF_MAP_TYPE_HASH, BPF_MAP_TYPE_PERCPU_HASH, by whether values are per CPU
 
 
 class MigrationError(EbpfXdpError):
@@ -296,8 +304,9 @@ class Reset:
         before it to the journal)."""
         self.journal = journal
         for pin, aside, review_ in self.moved:
-            if os.path.exists(aside):
-                os.unlink(aside)  # left by a run that stopped before its commit or undo
+            for stale in (aside, _at_copy(pin)):
+                if os.path.exists(stale):
+                    os.unlink(stale)  # left by a run that stopped before its commit or undo
             os.rename(pin, aside)
             self.steps.append(journal.did(functools.partial(_put_back_pin, pin, aside),
                                           "map %s's pin set aside" % review_.name))
@@ -333,52 +342,132 @@ class Reset:
         for step in self.steps:
             self.journal.keep(step)
         self.steps = []
-        for _pin, aside, _review in self.moved:
+        for pin, aside, _review in self.moved:
+            _unlink(_at_copy(pin))  # before the old map: a snapshot is never left without it
             os.unlink(aside)
         self.moved = []
 
 
 def _put_back_pin(pin: str, aside: str) -> None:
-    """A pin set aside back under its name (the journal's undo of Reset.set_aside)."""
+    """A pin set aside back under its name (the journal's undo of Reset.set_aside), the copy's snapshot dropped."""
+    _unlink(_at_copy(pin))
     if os.path.exists(pin):
         os.unlink(pin)  # the new map the failed load pinned
     os.rename(aside, pin)
 
 
+def _at_copy(pin: str) -> str:
+    return os.path.join(os.path.dirname(pin), AT_COPY % os.path.basename(pin))
+
+
+def _unlink(path: str) -> None:
+    if os.path.exists(path):
+        os.unlink(path)
+
+
 def set_aside(maps_dir: str) -> bool:
-    """Whether maps_dir holds a map pin a migrating upgrade set aside (what recover() puts in order)."""
+    """Whether maps_dir holds a map pin a migrating upgrade set aside (what Recovery puts in order)."""
     suffix = SET_ASIDE % ""
     return os.path.isdir(maps_dir) and any(entry.endswith(suffix) and entry != suffix for entry in os.listdir(maps_dir))
 
 
-def recover(maps_dir: str, in_use: set[int]) -> list[str]:
-    """Put in order what a run stopped in the middle of a migration (killed: no undo, no commit) left in maps_dir:
-    each map pin set aside (SET_ASIDE) goes back to its name when the program on the hook still uses that map (in
-    in_use, its map ids: the swap did not happen; the new map made beside it, empty or half copied, is dropped) or
-    when nothing is pinned under its name; otherwise the program on the hook uses the new map, and the old one is
-    dropped as the commit would have (what it counted between the copy and the swap, if the run stopped before
-    adding it, is lost). Returns what was done, in words, for the warnings."""
-    words = []
-    suffix = SET_ASIDE % ""
-    names = sorted(os.listdir(maps_dir)) if os.path.isdir(maps_dir) else []
-    for entry in names:
-        if not entry.endswith(suffix) or entry == suffix:
-            continue
-        name = entry[:-len(suffix)]
-        aside, pin = os.path.join(maps_dir, entry), os.path.join(maps_dir, name)
-        with _bpf.open_pinned_map(aside) as old:
-            used = old.info["id"] in in_use
-        if used or not os.path.exists(pin):
-            if os.path.exists(pin):
+class Recovery:
+    """What a run stopped in the middle of a migration (killed: no undo, no commit) left in maps_dir, put in order by
+    the maps every attachment of the maps uses, never by one attachment's alone (a map set's attachments are swapped
+    one after the other): each map pin set aside (SET_ASIDE, the old map), the new map pinned under its name, and the
+    copy's snapshot (AT_COPY) until the old map's gains were added.
+
+    `uses_old` and `uses_new` say whether a program's maps are the old ones or the new ones. When no attachment
+    uses the new maps, or every one still using the old maps has been put back on them by its caller, `back()`
+    puts the old maps back under their names, with what the new programs counted since the copy added (the
+    snapshot says what the copy wrote); when none uses the old maps, `forward()` drops them, with what they
+    counted between the copy and the last swap added to the new maps (the snapshot says what the copy read),
+    unless the run had added it already (its snapshot is then gone). Each returns what was done, in words."""
+
+    def __init__(self, maps_dir: str, rename: dict | None = None):
+        self.maps_dir = maps_dir
+        self.rename = rename or {}
+        suffix = SET_ASIDE % ""
+        entries = sorted(os.listdir(maps_dir)) if os.path.isdir(maps_dir) else []
+        self.names = [entry[:-len(suffix)] for entry in entries if entry.endswith(suffix) and entry != suffix]
+        self.old_ids: dict[str, int] = {}
+        self.new_ids: dict[str, int] = {}
+        for name in self.names:
+            with _bpf.open_pinned_map(self._aside(name)) as old:
+                self.old_ids[name] = old.info["id"]
+            if os.path.exists(self._pin(name)):
+                with _bpf.open_pinned_map(self._pin(name)) as new:
+                    self.new_ids[name] = new.info["id"]
+
+    def _pin(self, name: str) -> str:
+        return os.path.join(self.maps_dir, name)
+
+    def _aside(self, name: str) -> str:
+        return os.path.join(self.maps_dir, SET_ASIDE % name)
+
+    def copied(self) -> bool:
+        """Whether a copy's snapshot is there (the stopped run copied a map and had not added its gains)."""
+        return any(os.path.exists(_at_copy(self._pin(name))) for name in self.new_ids)
+
+    def uses_old(self, map_ids) -> bool:
+        return bool(set(map_ids) & set(self.old_ids.values()))
+
+    def uses_new(self, map_ids) -> bool:
+        return bool(set(map_ids) & set(self.new_ids.values()))
+
+    def _copy(self, name: str) -> Copy | None:
+        """The stopped run's copy of the map, planned again from its snapshot (None without one: the copy never
+        started, the map was reset, or its gains were added)."""
+        snapshot = _at_copy(self._pin(name))
+        if name not in self.new_ids or not os.path.exists(snapshot):
+            return None
+        return Copy(name, self._pin(name), _pinned(self._aside(name)), _pinned(self._pin(name)),
+                    self.rename.get(name) or {}, source=snapshot)
+
+    def back(self, moved_back: list[str] | None = None) -> list[str]:
+        words = []
+        for name in self.names:
+            aside, pin = self._aside(name), self._pin(name)
+            copy = self._copy(name) if moved_back else None
+            carried = ""
+            if copy is not None:
+                copy.written = copy.planned_counts()
+                carried = ", with what the new programs counted meanwhile (%d entries) added to it" % \
+                    copy.carry_back(aside)
+            _unlink(_at_copy(pin))
+            used = name in self.new_ids
+            if used:
                 os.unlink(pin)
             os.rename(aside, pin)
-            words.append("map %s: an upgrade stopped before its swap had set the map aside (%s); it is back under "
-                         "its name%s" % (name, aside, ", the new map made beside it dropped" if used else ""))
-        else:
+            if moved_back:
+                words.append("map %s: an upgrade stopped before its end, with %s moved to the new map (and their "
+                             "pins and records not yet): %s back on the old map, which is back under its name%s, "
+                             "the new map dropped" % (name, ", ".join(moved_back), "they are" if len(
+                                 moved_back) > 1 else "it is", carried))
+            else:
+                words.append("map %s: an upgrade stopped before its swap had set the map aside (%s); it is back under "
+                             "its name%s" % (name, aside, ", the new map made beside it dropped" if used else ""))
+        return words
+
+    def forward(self) -> list[str]:
+        words = []
+        for name in self.names:
+            aside, pin = self._aside(name), self._pin(name)
+            if name not in self.new_ids:  # nothing under its name: the old map is the only one there is
+                os.rename(aside, pin)
+                words.append("map %s: an upgrade stopped before its load left the map set aside (%s); it is back "
+                             "under its name" % (name, aside))
+                continue
+            copy = self._copy(name)
+            added = ""
+            if copy is not None:
+                copy.add_gained(aside)
+                added = ", and what it counted after the copy was added to the new one"
+            _unlink(_at_copy(pin))
             os.unlink(aside)
-            words.append("map %s: an upgrade stopped after its swap left the old map set aside (%s); the program on "
-                         "the hook uses the new one, so the old one was dropped" % (name, aside))
-    return words
+            words.append("map %s: an upgrade stopped after its swap left the old map set aside (%s); the programs on "
+                         "the hooks use the new one, so the old one was dropped%s" % (name, aside, added))
+        return words
 
 
 # ---------------------------------------------------------------- fields
@@ -559,7 +648,7 @@ class Copy:
     memory) when reviewed, written into the new map before the swap (`write`), topped up after it with what the
     old map's counters gained meanwhile (`add_gained`)."""
 
-    def __init__(self, name: str, pin: str, old: tuple, new: tuple, rename: dict):
+    def __init__(self, name: str, pin: str, old: tuple, new: tuple, rename: dict, source: str | None = None):
         (old_info, _flags, old_btf), (new_info, _new_flags, new_btf) = old, new
         if old_info["type"] != new_info["type"]:
             raise MigrationError("map %s: its type changes from %s to %s, which no copy carries; map_migration: reset "
@@ -588,7 +677,10 @@ class Copy:
         self.old_keys: dict[bytes, bytes] = {}
         # What this run wrote into the new map, by new key: per CPU, each counter carried back (see carry_back).
         self.written: dict[bytes, list[dict[str, int]]] = {}
-        self.entries = self._plan(pin)
+        # The planned entries' values per CPU in the new layout, by new key (what write() writes).
+        self.planned: dict[bytes, list[bytes]] = {}
+        # A recovery's copy is planned from the snapshot a stopped run pinned (Recovery), the old map at source.
+        self.entries = self._plan(source or pin)
 
     def _where(self, key: bytes) -> str:
         return "map %s, entry %s" % (self.name, self.key.old.decode(key))
@@ -596,6 +688,7 @@ class Copy:
     def _plan(self, path: str) -> list[tuple[bytes, bytes]]:
         """Every entry of the map at path, converted: (new key, new value as update() takes it)."""
         out = []
+        self.planned = {}
         with _bpf.open_pinned_map(path) as old:
             self.snapshot = dict(old.items())
             info = dict(old.info)
@@ -613,6 +706,7 @@ class Copy:
             converted = [self.value.convert(raw, where) for raw in raws]
             new_value = converted if isinstance(value, list) else converted[0]
             self.old_keys[new_key] = key
+            self.planned[new_key] = converted
             out.append((new_key, _join(dict(info, value_size=self.value.new.size), new_value)))
         if not self.array and len(out) > self.max_entries:
             raise MigrationError("map %s: %d entries do not fit the new map's %d; map_migration: reset starts it "
@@ -625,6 +719,7 @@ class Copy:
         the pin (the one the load created)."""
         self._copy_started = time.monotonic()
         self.entries = self._plan(set_aside)
+        self._pin_snapshot(set_aside)
         with _bpf.open_pinned_map(self.pin) as new:
             for written, (key, value) in enumerate(self.entries):
                 new.update(key, value)
@@ -633,6 +728,24 @@ class Copy:
             # No program writes the new map before the swap: what it holds now is what this run wrote.
             self.written = {key: [self._counted(raw) for raw in (value if isinstance(value, list) else [value])]
                             for key, value in new.items()}
+
+    def planned_counts(self) -> dict[bytes, list[dict[str, int]]]:
+        """What write() put into the new map, as carry_back reads it (a recovery's copy, planned again from the
+        snapshot, never wrote)."""
+        return {key: [self._counted(raw) for raw in raws] for key, raws in self.planned.items()}
+
+    def _pin_snapshot(self, set_aside: str) -> None:
+        """The old map's entries as the copy read them (self.snapshot), pinned beside the new map (AT_COPY) in a
+        hash of the old map's key and value sizes, for a run killed before add_gained (Recovery)."""
+        path = _at_copy(self.pin)
+        _unlink(path)
+        with _bpf.open_pinned_map(set_aside) as old:
+            info, percpu = old.info, old.percpu
+        with _bpf.Map.create(_SNAPSHOT_TYPES[percpu], "at_copy", info["key_size"], info["value_size"],
+                             max(len(self.snapshot), 1)) as snapshot:
+            for key, value in self.snapshot.items():
+                snapshot.update(key, _join(info, value))
+            snapshot.pin(path)
 
     def add_gained(self, set_aside: str) -> None:
         """After the swap the old map is no longer written: add to the new map what its counters gained since
@@ -671,6 +784,9 @@ class Copy:
                             if name is not None and cpu < len(counts):
                                 counts[cpu][name] = counts[cpu].get(name, 0) + amount
             add_atomically(new, adds)
+        # Added: a recovery must not add it again. (A kill between the two leaves it to add twice: the window is
+        # one unlink.)
+        _unlink(_at_copy(self.pin))
 
     def _back(self) -> dict[str, tuple[int, int]]:
         """The new layout's counters that carry_back adds to the old map: name -> (offset, size) of the old field

@@ -64,7 +64,9 @@ class Hook(Section):
         return found
 
     def converge(self, params: dict, check_mode: bool, run, before_change=None) -> tuple[dict, list[str]]:
-        return _converge.converge_interface(params, check_mode, self.adapter.from_params, before_change)
+        # A migrating upgrade of a map set moves the set's other attachments: datapath holds each for its put-back.
+        return _converge.converge_interface(params, check_mode, self.adapter.from_params, before_change,
+                                            getattr(run, "hold_mates", None))
 
     def placed_next_to(self, params: dict) -> list[tuple]:
         """The keys of the attachments on the same hook this entry is placed beside (tc's before/after)."""

@@ -101,8 +101,10 @@ options:
         is on the new ones; a failure before puts every attachment's old program back. RV(shared_maps_moved) lists the
         attachments moved, and their own tasks with the new object then have nothing to do. It is refused, naming the
         attachment, when one of them ran another object than this attachment (or, with O(revision=previous), has another
-        previous revision), or is not on its hook as its record says; their interfaces are locked for the upgrade (a run
-        that holds one for 30 s fails it, changing nothing).
+        previous revision), or is not on its hook as its record says; every run with a map set takes the set's lock and
+        then the interfaces of the set's attachments, by name, so a run on another attachment of the set waits for the
+        upgrade to end (an interface held for 30 s by a stuck run fails it, naming the lock and the process that holds
+        it, and changes nothing).
       - Results and check mode list each map of the program with what becomes of it (RV(map_migration)).
       - O(revision=previous) after a migrating upgrade migrates back the same way, into the previous object's layout (the
         object store keeps it). The counters carried forward are carried back by field name, fields the upgrade added
@@ -116,7 +118,11 @@ options:
         replaced in place), puts back its pins and record, adds to the old maps what the new program counted in its moments
         on the hook (its counters, field by field back to the old layout, with the kernel's atomic adds, so that no frame
         is lost or counted twice; entries only the new program made are not carried) and drops the new maps. A run killed
-        at any step leaves what the next run converges.
+        at any step leaves what the next run converges, whichever attachment of a map set it is for, since it reads the
+        programs of every attachment of the maps; attachments moved to the new maps but not yet pinned and recorded there
+        go back to their old programs, with what their new programs counted (the copy's snapshot, pinned beside the new
+        map until the old map's gains are added, says what the copy wrote), and the run migrates the whole set again;
+        once every attachment is pinned on the new maps, the old maps are dropped.
     type: str
     choices:
       - fields

@@ -275,7 +275,7 @@ class Run:
     def hold_mates(self, mates: list[tuple[str, dict]]) -> None:
         """Before an entry's migrating upgrade moves its map set's other attachments (kind, entry): each held as it
         is, put back with the entry when a later one fails."""
-        if self.mates_held is None or self.check_mode or self.netns_of_step is None:
+        if self.mates_held is None or self.check_mode:
             return
         for kind, entry in mates:
             # As its section's entries are: its module's options (an XDP entry has no direction).

@@ -312,7 +312,10 @@ toolchain:
   type: dict
   sample: {ready: false, unready: ["packages not installed: clang, libbpf1"], packages: {clang: null}}
 put_back:
-  description: When an entry failed, what the run had changed and put back (or could not).
+  description:
+    - When an entry failed, what the run had changed and put back (or could not), newest first.
+    - An entry whose migrating upgrade moved its map set's other attachments lists each of them too, as the
+      entry's map set followed by the attachment, put back before the entry with the set's maps.
   returned: on failure after a change
   type: list
   elements: str

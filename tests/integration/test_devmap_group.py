@@ -746,7 +746,7 @@ def test_a_failure_after_the_map_writes_puts_them_back(mcast_obj, drop_obj, run_
     """The record's write is the last step, inside the journal: when it fails (here: injected in-process),
     the maps, the egress program's pin and the group directory are as before, and a new group can still be
     created."""
-    with switch(3, mcast_obj, drop_obj, run_distro, pin_root) as sw:
+    with switch(3, mcast_obj, drop_obj, run_distro, pin_root, egress_mode()) as sw:
         sw.ok(name="video", members=["p0", "p2"], addresses=[V4])
         before = sw.maps_state()
 

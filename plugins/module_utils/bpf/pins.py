@@ -542,7 +542,8 @@ def lock_generation(netns_key: str, name: str) -> int | None:
 
 # The locks this process holds, (netns_key, name) in the order taken: taking one again yields the same HeldLock (a
 # map set's migration locks every interface of the set before its converger asks for its mates'), and a file beside
-# each lock (HOLDER) says who holds it and what else (`_holder`), for the message of a run that waits too long.
+# each lock (HOLDER), while it is held, says who holds it and what else (`_holder`), for the message of a run that
+# waits too long.
 _HELD: dict[tuple[str, str], HeldLock] = {}
 HOLDER = "%s.holder"
 
@@ -622,6 +623,10 @@ def lock(netns_key: str, name: str, timeout: float | None = None) -> Iterator[He
             yield held
         finally:
             _HELD.pop((netns_key, name), None)
+            # Gone with the hold (removed while still held: the next holder writes its own), so that a run leaves
+            # no trace of itself in /run but its locks.
+            with contextlib.suppress(OSError):
+                os.unlink(HOLDER % path)
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 

@@ -239,6 +239,12 @@ def test_a_failed_gate_migrates_a_grown_map_back_into_the_old_layout(at_release_
                for key in after["counters"]["verdict_count"]}
     assert sum(counted.values()) == rx_after - rx_before > 0, (counted, rx_before, rx_after)
     assert counted.get("1", 0) > 0, "the drops of the faulty release were counted, and carried back"
+    # The rollback put release 1's program back, not its object: the grown one is still the canary's compiled
+    # object, and the next run's probe says the canary would change (its objects entry). Release 1 deployed again
+    # leaves the fleet as the next test's at_release_1 expects it. Not yet understood: that run's converge reports
+    # the canary unchanged, and the probe after it finds nothing to change (check mode and the run disagree).
+    rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": 1})
+    assert rc == 0, summary(out)
 
 
 @pytest.mark.long

@@ -227,14 +227,21 @@ def send_a1(run, pair, a1_mac, count):
     assert sent["sent"] == {"udp": count}, sent
 
 
-def test_a_shared_map_set_migrates_with_every_attachment_that_shares_it(run, pair, objects):
-    """A map set shared by eth0 and a1: eth0's upgrade to a layout with a field added moves a1 too (its own
-    program from the same object, over the same new maps), predicted in check mode, in the four-step rhythm;
-    a1's own task then has nothing to do, and the one map counts on for both."""
+def attach_shared_set(run, pair, objects):
+    """eth0 and a1 each given xdp_count_rec of v1 over one map set (counters): a1's MAC, the attachments' common
+    arguments and the two results."""
     a1_mac = second_port(pair)
     args = dict(netns=pair.rx, object=objects["v1"], program="xdp_count_rec", shared_maps="counters")
     attached = [run("xdp_program", dict(args, interface=ifname)) for ifname in ("eth0", "a1")]
     assert all(one["changed"] and not one.get("failed") for one in attached), attached
+    return a1_mac, args, attached
+
+
+def test_a_shared_map_set_migrates_with_every_attachment_that_shares_it(run, pair, objects):
+    """A map set shared by eth0 and a1: eth0's upgrade to a layout with a field added moves a1 too (its own
+    program from the same object, over the same new maps), predicted in check mode, in the four-step rhythm;
+    a1's own task then has nothing to do, and the one map counts on for both."""
+    a1_mac, args, attached = attach_shared_set(run, pair, objects)
     pin = attached[0]["maps"]["stats"]
     send(run, pair, 100)
     send_a1(run, pair, a1_mac, 30)
@@ -331,10 +338,7 @@ def test_a_run_on_a_set_mate_during_the_sets_migration_waits_for_it_and_finds_it
     import time  # pylint: disable=import-outside-toplevel
     from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge  # pylint: disable=import-outside-toplevel
 
-    a1_mac = second_port(pair)
-    args = dict(netns=pair.rx, object=objects["v1"], program="xdp_count_rec", shared_maps="counters")
-    attached = [run("xdp_program", dict(args, interface=ifname)) for ifname in ("eth0", "a1")]
-    assert all(one["changed"] and not one.get("failed") for one in attached), attached
+    a1_mac, args, attached = attach_shared_set(run, pair, objects)
     send(run, pair, 100)
     send_a1(run, pair, a1_mac, 20)
     upgrade = dict(args, object=objects["added"])
@@ -535,10 +539,7 @@ def test_a_shared_map_set_under_traffic_counts_every_frame_once(run, pair, objec
     to the new map: until the second swap, a1's frames go to the old map and eth0's to the new one; after it,
     what the old map gained since the copy is added, so the one map ends with every frame of both, once."""
 
-    a1_mac = second_port(pair)
-    args = dict(netns=pair.rx, object=objects["v1"], program="xdp_count_rec", shared_maps="counters")
-    attached = [run("xdp_program", dict(args, interface=ifname)) for ifname in ("eth0", "a1")]
-    assert all(one["changed"] and not one.get("failed") for one in attached), attached
+    a1_mac, args, attached = attach_shared_set(run, pair, objects)
     pin = attached[0]["maps"]["stats"]
     send(run, pair, 100)
     upgraded = upgrade_under_traffic(run, pair, "xdp_program", dict(args, interface="eth0", object=objects["swapped"]),
@@ -557,9 +558,7 @@ def test_a_shared_map_set_upgrade_failing_at_each_step_puts_every_attachment_bac
     with its counters; the next run migrates both."""
     from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge  # pylint: disable=import-outside-toplevel
 
-    a1_mac = second_port(pair)
-    args = dict(netns=pair.rx, object=objects["v1"], program="xdp_count_rec", shared_maps="counters")
-    attached = [run("xdp_program", dict(args, interface=ifname)) for ifname in ("eth0", "a1")]
+    a1_mac, args, attached = attach_shared_set(run, pair, objects)
     pin = attached[0]["maps"]["stats"]
     send(run, pair, 100)
     before = host(pair, attached[0]), pair.xdp_prog_id(dev="a1"), attachment_pins(attached[0]), \
@@ -647,10 +646,7 @@ def test_a_shared_map_set_upgrade_killed_under_traffic_counts_every_frame_once(r
     is in the one map after the next run (whichever attachment's task it is), once."""
     from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge  # pylint: disable=import-outside-toplevel
 
-    a1_mac = second_port(pair)
-    args = dict(netns=pair.rx, object=objects["v1"], program="xdp_count_rec", shared_maps="counters")
-    attached = [run("xdp_program", dict(args, interface=ifname)) for ifname in ("eth0", "a1")]
-    assert all(one["changed"] and not one.get("failed") for one in attached), attached
+    a1_mac, args, attached = attach_shared_set(run, pair, objects)
     pin = attached[0]["maps"]["stats"]
     send(run, pair, 100)
     frames = FRAMES // 3
@@ -819,10 +815,7 @@ def test_datapath_puts_back_every_attachment_a_shared_map_set_migration_moved_wh
     too; the entry after it fails (its object does not open): eth0 and a1 get back their very programs, their pins
     and records, and the set's pin its old map with every counter. Then the upgrade alone goes through in the
     four-step rhythm, with a1 moved again."""
-    a1_mac = second_port(pair)
-    args = dict(netns=pair.rx, object=objects["v1"], program="xdp_count_rec", shared_maps="counters")
-    attached = [run("xdp_program", dict(args, interface=ifname)) for ifname in ("eth0", "a1")]
-    assert all(one["changed"] and not one.get("failed") for one in attached), attached
+    a1_mac, args, attached = attach_shared_set(run, pair, objects)
     pin = attached[0]["maps"]["stats"]
     send(run, pair, 100)
     send_a1(run, pair, a1_mac, 20)

@@ -711,17 +711,21 @@ class Converger:
                 self.warnings.extend(recovery.back())
         return self.adopt(self.hook.observe()) if moved_self else observed
 
+    def _other_attachments(self, shared: str):
+        """(directory, interface, hook directory, hook kind) of each of the map set's attachments but this one."""
+        # Every kind of hook registered (a program module imports its own adapter only): a mate may be another kind.
+        # pylint: disable-next=import-outside-toplevel,unused-import,cyclic-import
+        from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import adapters  # noqa: F401
+        for directory in _pins.shared_maps_users(self.pins.pin_root, self.netns_key, shared):
+            if directory != self.pins.directory:
+                hook_dir = os.path.basename(directory)
+                yield directory, os.path.basename(os.path.dirname(directory)), hook_dir, _pins.hook_kind(hook_dir)
+
     def _set_users(self, shared: str) -> list[tuple[HookAdapter, Observed]]:
         """The map set's other attachments (by their records), each with what its hook holds now; those whose
         hook cannot be read (an interface gone, a kind this run does not manage) hold no map."""
-        # pylint: disable-next=import-outside-toplevel,unused-import,cyclic-import
-        from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import adapters  # noqa: F401
         users = []
-        for directory in _pins.shared_maps_users(self.pins.pin_root, self.netns_key, shared):
-            if directory == self.pins.directory:
-                continue
-            ifname, hook_dir = os.path.basename(os.path.dirname(directory)), os.path.basename(directory)
-            kind = _pins.hook_kind(hook_dir)
+        for directory, ifname, hook_dir, kind in self._other_attachments(shared):
             record = _pins.Record(os.path.join(directory, "owner")).read()
             if kind not in ADAPTERS or not record:
                 continue
@@ -787,18 +791,11 @@ class Converger:
         must be that object). Refused, before anything changes, when one cannot: another object, not on its hook
         as its record says, or a hook it cannot be swapped on atomically. With locks, each one's interface is
         locked first (the set's lock is held already)."""
-        # Every kind of hook registered (a program module imports its own adapter only): a mate may be another kind.
-        # pylint: disable-next=import-outside-toplevel,unused-import,cyclic-import
-        from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import adapters  # noqa: F401
         shared, digest = self.desired.shared_maps, identity["object_sha256"]
         # The object this attachment's program came from: the set's attachments that ran it move with it.
         old_digest = (self.pins.record.read() or {}).get("object_sha256")
         mates = []
-        for directory in _pins.shared_maps_users(self.pins.pin_root, self.netns_key, shared):
-            if directory == self.pins.directory:
-                continue
-            ifname, hook_dir = os.path.basename(os.path.dirname(directory)), os.path.basename(directory)
-            kind = _pins.hook_kind(hook_dir)
+        for directory, ifname, hook_dir, kind in self._other_attachments(shared):
             where = "%s's attachment %s" % (ifname, hook_dir)
 
             def refuse(why: str) -> HookError:

@@ -121,8 +121,9 @@ options:
         at any step leaves what the next run converges, whichever attachment of a map set it is for, since it reads the
         programs of every attachment of the maps; attachments moved to the new maps but not yet pinned and recorded there
         go back to their old programs, with what their new programs counted (the copy's snapshot, pinned beside the new
-        map until the old map's gains are added, says what the copy wrote), and the run migrates the whole set again;
-        once every attachment is pinned on the new maps, the old maps are dropped.
+        map until the old map's gains are added, says what the new map holds of the old one; the same kernel run that
+        adds the gains advances it by them, so a run killed right after adding them does not add them twice), and the
+        run migrates the whole set again; once every attachment is pinned on the new maps, the old maps are dropped.
     type: str
     choices:
       - fields

@@ -587,7 +587,7 @@ def test_a_shared_map_set_upgrade_failing_at_each_step_puts_every_attachment_bac
 # first; make test-long kills it at each step.
 @pytest.mark.parametrize("first", ["eth0", "a1"])
 @pytest.mark.parametrize("point", [long_case("after_load"), "after_swap", long_case("after_set_swap"),
-                                   long_case("before_retire")])
+                                   long_case("after_gains_added"), long_case("before_retire")])
 @pytest.mark.parametrize("kind", ["xdp", "cls_bpf"])
 def test_a_shared_map_set_upgrade_killed_at_each_step_converges_with_every_counter(
         run, pair, objects, tc_objects, kind, point, first):
@@ -643,7 +643,7 @@ def test_a_shared_map_set_upgrade_killed_at_each_step_converges_with_every_count
 
 
 @pytest.mark.parametrize("first", ["eth0", "a1"])
-@pytest.mark.parametrize("point", ["after_swap", long_case("after_set_swap")])
+@pytest.mark.parametrize("point", ["after_swap", long_case("after_set_swap"), long_case("after_gains_added")])
 def test_a_shared_map_set_upgrade_killed_under_traffic_counts_every_frame_once(run, pair, objects, point, first):
     """Killed between the copy and the point where the old map's gains are added, while frames arrive on both
     attachments: what each program counted, into the old map after the copy or into the new one after its swap,
@@ -665,6 +665,49 @@ def test_a_shared_map_set_upgrade_killed_under_traffic_counts_every_frame_once(r
     assert sh("ls", "-A", pin.rpartition("/")[0]).stdout.split() == ["stats"]
     total = 2 * frames + 100
     assert read_u64s(pin)[bytes(4)] == (total * SIZE, total)
+
+
+def test_a_shared_map_set_upgrade_killed_after_adding_the_old_maps_gains_adds_them_once(run, pair, objects, tmp_path):
+    """Killed right after the old map's gains (what a1, still on it after eth0's swap, counted since the copy) were
+    added to the new map, before the copy's snapshot goes: the next run goes back (neither attachment is pinned
+    or recorded yet) and carries back what the new programs counted beyond the snapshot, which the adds advanced
+    with them (in the same kernel run): a1's 30 frames of the pause are in the one map once, not twice."""
+    import threading  # pylint: disable=import-outside-toplevel
+    import time  # pylint: disable=import-outside-toplevel
+    from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge  # pylint: disable=import-outside-toplevel
+
+    a1_mac, args, attached = attach_shared_set(run, pair, objects)
+    pin = attached[0]["maps"]["stats"]
+    send(run, pair, 100)
+    send_a1(run, pair, a1_mac, 20)
+    upgrade = dict(args, object=objects["swapped"])
+    resume, results = tmp_path / "resume", {}
+    env = {_converge.FAULT_POINT_ENV: "pause:after_swap,after_gains_added", _converge.FAULT_RESUME_ENV: str(resume)}
+    thread = threading.Thread(target=lambda: results.update(eth0=run("xdp_program", dict(upgrade, interface="eth0"),
+                                                                     env=env)))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while pair.xdp_prog_id() == attached[0]["id"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pair.xdp_prog_id() != attached[0]["id"], "eth0's swap"
+        send_a1(run, pair, a1_mac, 30)  # a1 on the old map still: its gains since the copy
+        send(run, pair, 10)  # eth0's new program, into the new map
+    finally:
+        resume.touch()
+        thread.join()
+    assert results["eth0"].get("killed"), results
+    send(run, pair, 10)
+    send_a1(run, pair, a1_mac, 10)
+    converged = run("xdp_program", dict(upgrade, interface="eth0"))
+    assert converged["changed"] and not converged.get("failed"), converged
+    assert any("with a1's XDP program, eth0's XDP program moved to the new map" in w and
+               "with what the new programs counted meanwhile" in w for w in converged["warnings"]), converged
+    for ifname in ("eth0", "a1"):
+        assert run("xdp_program", dict(upgrade, interface=ifname))["changed"] is False
+    assert sh("ls", "-A", pin.rpartition("/")[0]).stdout.split() == ["stats"]
+    # swapped: bytes first now; 100 + 20 before, 30 + 10 in the pause, 10 + 10 after the kill.
+    assert read_u64s(pin)[bytes(4)] == (180 * SIZE, 180)
 
 
 def read_u64s(pin):
@@ -920,7 +963,7 @@ def test_revision_previous_migrates_back_by_field_name(run, pair, objects, count
 # (libbpf makes the new maps, then loads the program), the copy midway, the swap, the new program pinned, the record
 # written, and the old map's retirement, its point of no return.
 BEFORE_SWAP = ["maps_set_aside", "after_load", "during_copy"]
-AFTER_SWAP = ["after_swap", "after_attach", "after_pin", "before_record", "before_retire"]
+AFTER_SWAP = ["after_swap", "after_gains_added", "after_attach", "after_pin", "before_record", "before_retire"]
 
 
 def pinned_names(counting):
@@ -992,7 +1035,7 @@ def test_a_migrating_upgrade_stopped_at_each_step_converges_with_every_counter(r
     assert not converged.get("failed") and converged["maps"] == counting["maps"], converged
     if fault == "raise":
         assert recovered(converged) == [], "the failed run put its map back itself"
-    elif point == "after_swap":
+    elif point in ("after_swap", "after_gains_added"):
         # On the hook but neither pinned nor recorded, its copy's snapshot still there: back to the old program and
         # map (with what the new one counted), and migrated again.
         assert recovered(converged) == ["map stats: an upgrade stopped before its end, with eth0's XDP program moved "

@@ -97,6 +97,8 @@ MOVE = "attach at the new place, then detach the old"
 # Test-only: the kill points of a run (see fault_point), named in this environment variable.
 FAULT_POINT_ENV = "EBPF_XDP_FAULT_POINT"
 PAUSE_SECONDS = 3.0
+# Test-only: with a pause, the file whose creation ends it (instead of PAUSE_SECONDS).
+FAULT_RESUME_ENV = "EBPF_XDP_FAULT_RESUME"
 
 
 def fault_point(name: str) -> None:
@@ -109,12 +111,26 @@ def fault_point(name: str) -> None:
     name themselves; an unset variable costs one dictionary lookup.
     """
     wanted = os.environ.get(FAULT_POINT_ENV)
-    if wanted == name:
-        os.kill(os.getpid(), signal.SIGKILL)
-    if wanted == "raise:" + name:
-        raise HookError("fault injected at %s" % name)
-    if wanted == "pause:" + name:
-        time.sleep(PAUSE_SECONDS)  # another run meanwhile finds this one holding its locks
+    if not wanted:
+        return
+    for one in wanted.split(","):  # several points: a pause at one, a kill at a later one
+        if one == name:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if one == "raise:" + name:
+            raise HookError("fault injected at %s" % name)
+        if one == "pause:" + name:
+            _pause()  # another run meanwhile finds this one holding its locks
+
+
+def _pause() -> None:
+    """PAUSE_SECONDS, or until the file FAULT_RESUME_ENV names exists (a test's own moment, at most a minute)."""
+    resume = os.environ.get(FAULT_RESUME_ENV)
+    if not resume:
+        time.sleep(PAUSE_SECONDS)
+        return
+    deadline = time.monotonic() + 60
+    while not os.path.exists(resume) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 # The largest placement a record can get, to check its size before the swap (with the hook's widest_record).
@@ -964,7 +980,8 @@ class Converger:
                             mate.record["prog_id"] = moved.program.info()["id"]
                         fault_point("after_set_swap")
                     try:
-                        reset.add_gained()  # no old program counts into the maps set aside any more
+                        # No old program counts into the maps set aside any more.
+                        reset.add_gained(between=lambda: fault_point("after_gains_added"))
                     except (_migration.MigrationError, _bpf.BpfError) as exc:
                         raise _migration.MigrationError(
                             "what the old maps counted between the copy and the swap could not be added to the new "

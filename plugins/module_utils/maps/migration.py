@@ -47,6 +47,7 @@ the object (before load) and the pins.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import os
@@ -318,10 +319,10 @@ class Reset:
             if review_.copy is not None:
                 review_.copy.write(aside, during)
 
-    def add_gained(self) -> None:
+    def add_gained(self, between: Callable[[], None] | None = None) -> None:
         for _pin, aside, review_ in self.moved:
             if review_.copy is not None:
-                review_.copy.add_gained(aside)
+                review_.copy.add_gained(aside, between)
 
     def carry_back(self) -> list[str]:
         """Once the old programs are back on the hooks, before the old pins are (set_aside's steps in the journal):
@@ -566,6 +567,32 @@ class Conversion:
         except _btf.NotationError as exc:
             raise MigrationError("%s; map_migration: reset starts the map empty" % exc)
 
+    def gained_here(self, before: bytes, now: bytes) -> list[tuple[int, int, int]]:
+        """What each counter gained from before to now, as (offset, size, amount) in the old layout itself (4- and
+        8-byte counters: what the copy's snapshot is advanced by, see Copy.add_gained)."""
+        counters = _counters(self.old)
+        if self.raw or not counters:
+            return []
+        was, is_now = self.old.decode(before), self.old.decode(now)
+        if not isinstance(self.old, _btf.Struct):
+            return [(0, self.old.size, is_now - was)] if is_now != was and self.old.size in _ATOMIC_ADD else []
+        return [(field.offset, field.layout.size, is_now[field.name] - was[field.name])
+                for field in (self.old.by_name[name] for name in counters)
+                if is_now[field.name] != was[field.name] and field.layout.size in _ATOMIC_ADD]
+
+    def zero_counters(self, raw: bytes) -> bytes:
+        """An old-layout value with its counters zero (the rest as it is)."""
+        counters = _counters(self.old)
+        if self.raw or not counters:
+            return raw
+        if not isinstance(self.old, _btf.Struct):
+            return bytes(len(raw))
+        out = bytearray(raw)
+        for name in counters:
+            field = self.old.by_name[name]
+            out[field.offset:field.offset + field.layout.size] = bytes(field.layout.size)
+        return bytes(out)
+
     def gained(self, before: bytes, now: bytes) -> list[tuple[int, int, int]]:
         """What each counter gained from before to now (old layout), as (offset, size, amount) of its field in the
         new layout; [] when nothing did (or nothing is known to count)."""
@@ -599,10 +626,17 @@ def _ld_imm64(dst: int, value: int, src: int = 0) -> bytes:
         _bpf.insn(0, 0, 0, 0, high - (1 << 32) if high >> 31 else high)
 
 
-def adder(map_fd: int, key_size: int, adds: list[tuple[bytes, int | None, list[tuple[int, int, int]]]]) -> bytes:
+def adder(map_fd: int, key_size: int, adds: list[tuple[bytes, int | None, list[tuple[int, int, int]]]],
+          more: tuple = ()) -> bytes:
     """Instructions that add amounts to values of a map atomically: per (key, CPU or None, [(offset, size,
     amount)]) a lookup (bpf_map_lookup_percpu_elem for a CPU's copy) and an atomic add per field; 4- and 8-byte
-    fields only. Returns XDP_PASS."""
+    fields only; then those of more, (map fd, key size, adds) of other maps, in the same program: one run of it
+    makes every add or none (a run killed in the syscall never stops it halfway). Returns XDP_PASS."""
+    code = b"".join(_adds(*group) for group in ((map_fd, key_size, adds),) + tuple(more))
+    return code + _bpf.insn(_bpf.BPF_MOV64_IMM, 0, 0, 0, _XDP_PASS) + _bpf.insn(_bpf.BPF_EXIT)
+
+
+def _adds(map_fd: int, key_size: int, adds: list) -> bytes:
     room = (key_size + 7) // 8 * 8
     code = b""
     for key, cpu, fields in adds:
@@ -617,15 +651,16 @@ def adder(map_fd: int, key_size: int, adds: list[tuple[bytes, int | None, list[t
         code += _bpf.insn(_JEQ_IMM, 0, 0, 3 * len(fields), 0)
         for offset, size, amount in fields:
             code += _ld_imm64(1, amount) + _bpf.insn(_ATOMIC_ADD[size], 0, 1, offset)
-    return code + _bpf.insn(_bpf.BPF_MOV64_IMM, 0, 0, 0, _XDP_PASS) + _bpf.insn(_bpf.BPF_EXIT)
+    return code
 
 
-def add_atomically(target: _bpf.Map, adds: list) -> None:
-    """Run adder() for target's adds once in the kernel."""
-    if not adds:
+def add_atomically(target: _bpf.Map, adds: list, also: tuple = ()) -> None:
+    """Run adder() for target's adds, and also's ((map, adds) of other maps), once in the kernel: all or none."""
+    more = tuple((other.fd, other.info["key_size"], its) for other, its in also if its)
+    if not adds and not more:
         return
-    with _bpf.Program.from_instructions("xdp", "ebpf_xdp_migrate", adder(target.fd, target.info["key_size"], adds)) \
-            as program:
+    code = adder(target.fd, target.info["key_size"], adds, more)
+    with _bpf.Program.from_instructions("xdp", "ebpf_xdp_migrate", code) as program:
         program.test_run(bytes(64))
 
 
@@ -741,19 +776,30 @@ class Copy:
         _unlink(path)
         with _bpf.open_pinned_map(set_aside) as old:
             info, percpu = old.info, old.percpu
+        # Room for the keys the old map gets after the copy (add_gained enters them).
         with _bpf.Map.create(_SNAPSHOT_TYPES[percpu], "at_copy", info["key_size"], info["value_size"],
-                             max(len(self.snapshot), 1)) as snapshot:
+                             max(len(self.snapshot), info["max_entries"], 1)) as snapshot:
             for key, value in self.snapshot.items():
                 snapshot.update(key, _join(info, value))
             snapshot.pin(path)
 
-    def add_gained(self, set_aside: str) -> None:
+    def add_gained(self, set_aside: str, between: Callable[[], None] | None = None) -> None:
         """After the swap the old map is no longer written: add to the new map what its counters gained since
-        the copy, atomically (the new program counts into the same values); an entry made meanwhile is copied
-        whole."""
+        the copy, atomically (the new program counts into the same values); an entry made meanwhile is made in the
+        new map with its counters zero, and added to as the others.
+
+        The same kernel run advances the copy's snapshot (AT_COPY) by what it adds, so that the snapshot always
+        says what the new map holds of the old one: a run killed after the adds, before the snapshot is dropped,
+        leaves nothing to add again to a recovery (forward: the old map and its snapshot agree; back: what
+        the new programs counted is the new map beyond the snapshot). between(): after the adds, before the
+        snapshot goes (a fault point's hook)."""
         self.window = time.monotonic() - self._copy_started
-        adds = []
-        with _bpf.open_pinned_map(set_aside) as old, _bpf.open_pinned_map(self.pin) as new:
+        adds, advances = [], []
+        with contextlib.ExitStack() as stack:
+            old = stack.enter_context(_bpf.open_pinned_map(set_aside))
+            new = stack.enter_context(_bpf.open_pinned_map(self.pin))
+            snapshot = stack.enter_context(_bpf.open_pinned_map(_at_copy(self.pin))) \
+                if os.path.exists(_at_copy(self.pin)) else None
             for key, now in old.items():
                 before = self.snapshot.get(key)
                 if before == now:
@@ -762,13 +808,17 @@ class Copy:
                 new_key = self.key.convert(key, where)
                 nows = now if isinstance(now, list) else [now]
                 self.old_keys[new_key] = key
-                if before is None and new.lookup(new_key) is None:
-                    converted = [self.value.convert(n, where) for n in nows]
-                    new.update(new_key, _join(new.info, converted if isinstance(now, list) else converted[0]))
-                    self.written[new_key] = [self._counted(raw) for raw in converted]
-                    continue
-                befores = before if isinstance(before, list) else [before] if before is not None else \
-                    [bytes(len(nows[0]))] * len(nows)
+                if before is None:
+                    # Made after the copy: zero in the snapshot (a run killed before the adds adds it whole, once),
+                    # and in the new map with what is not a counter (what the new program made there stays).
+                    befores = [bytes(len(nows[0]))] * len(nows)
+                    if new.lookup(new_key) is None:
+                        bare = [self.value.convert(self.value.zero_counters(n), where) for n in nows]
+                        new.update(new_key, _join(new.info, bare if isinstance(now, list) else bare[0]))
+                    if snapshot is not None:
+                        snapshot.update(key, _join(snapshot.info, befores if isinstance(now, list) else befores[0]))
+                else:
+                    befores = before if isinstance(before, list) else [before]
                 for cpu, (was, is_now) in enumerate(zip(befores, nows)):
                     fields = self.value.gained(was, is_now)
                     unsupported = [f for f in fields if f[1] not in _ATOMIC_ADD]
@@ -783,9 +833,12 @@ class Copy:
                             name = self._at_offset(offset)
                             if name is not None and cpu < len(counts):
                                 counts[cpu][name] = counts[cpu].get(name, 0) + amount
-            add_atomically(new, adds)
-        # Added: a recovery must not add it again. (A kill between the two leaves it to add twice: the window is
-        # one unlink.)
+                    here = self.value.gained_here(was, is_now) if snapshot is not None else []
+                    if here:
+                        advances.append((key, cpu if snapshot.percpu else None, here))
+            add_atomically(new, adds, also=((snapshot, advances),) if snapshot is not None else ())
+        if between is not None:
+            between()
         _unlink(_at_copy(self.pin))
 
     def _back(self) -> dict[str, tuple[int, int]]:

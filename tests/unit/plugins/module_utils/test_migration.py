@@ -166,6 +166,24 @@ def test_counters_gained_after_the_copy_are_added_by_name():
     assert swapped.gained(raw(100, 10000), raw(100, 10000)) == []
 
 
+def test_the_snapshot_advances_by_the_old_layouts_own_counters():
+    swapped = _migration.Conversion("stats", "value", rec("packets", "bytes"), rec("bytes", "packets"), {})
+    # The copy's snapshot is in the old layout: what it is advanced by sits where the old layout has each field.
+    assert swapped.gained_here(raw(100, 10000), raw(105, 10500)) == [(0, 8, 5), (8, 8, 500)]
+    assert swapped.gained_here(raw(100, 10000), raw(100, 10000)) == []
+    assert swapped.zero_counters(raw(7, 9)) == raw(0, 0)
+
+
+def test_the_adder_adds_to_several_maps_in_one_program():
+    one = _migration.adder(7, 4, [(b"\0\0\0\0", None, [(0, 8, 1)])])
+    both = _migration.adder(7, 4, [(b"\0\0\0\0", None, [(0, 8, 1)])], more=((9, 8, [(bytes(8), 2, [(8, 8, 1)])]),))
+    # The first map's adds, then the second's (its fd, its 8-byte key, the CPU), then one XDP_PASS and exit.
+    assert both.startswith(one[:-16]) and both.endswith(one[-16:]) and len(both) > len(one)
+    insns = [both[i:i + 8] for i in range(0, len(both), 8)]
+    assert [insn[0] for insn in insns].count(0x95) == 1
+    assert int.from_bytes(insns[len(one) // 8 - 2 + 3][4:8], "little") == 9  # the second map's fd
+
+
 def test_the_adder_looks_each_value_up_and_adds_atomically():
     code = _migration.adder(7, 4, [(b"\x01\0\0\0", None, [(0, 8, 500), (8, 4, -1)]), (b"\0\0\0\0", 3, [(0, 8, 1)])])
     insns = [code[i:i + 8] for i in range(0, len(code), 8)]

@@ -135,6 +135,8 @@ options:
       - 'With O(map_migration=fields), value fields renamed in the new object, by map: C({stats: {packets: pkts}}) carries
         the old field C(packets) of map C(stats) into the new field C(pkts).'
       - A map, old field or new field that does not exist fails the upgrade, naming it, and changes nothing.
+      - The copy keeps the O(map_rename) it converted with beside its snapshot, so the run that recovers a killed migration
+        converts by it too, whatever that run's own O(map_rename) says (or another task's).
     type: dict
     default: {}
   shared_maps:

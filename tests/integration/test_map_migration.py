@@ -1053,6 +1053,27 @@ def test_a_migrating_upgrade_stopped_at_each_step_converges_with_every_counter(r
     assert stats(run, pair) == [{"key": 0, "value": {"bytes": 200 * SIZE, "packets": 200}}]
 
 
+def test_a_recovery_converts_with_the_stopped_runs_map_rename(run, pair, objects, counting, tmp_path):
+    """An upgrade that renames packets to pkts (map_rename), killed right after its swap, and 50 frames counted by
+    the new program; the next run is v1's task again, which has no map_rename: it goes back to v1 and carries back
+    what the new program counted through the rename the stopped run's copy kept with its snapshot, not through its
+    own (none), so packets counted as pkts are not dropped."""
+    source = tmp_path / "renamed.bpf.c"
+    source.write_text(PROGRAM.replace("REC_FIELDS", "__u64 pkts; __u64 bytes;").replace("r->packets", "r->pkts")
+                      .replace("MAP_TYPE", "BPF_MAP_TYPE_ARRAY").replace("MAX_ENTRIES", "4"))
+    renamed = compile_bpf(source, tmp_path / "renamed.o")
+    args = dict(interface="eth0", netns=pair.rx, program="xdp_count_rec")
+    stop_at(run, "xdp_program", dict(args, object=renamed, map_rename={"stats": {"packets": "pkts"}}), "after_swap",
+            "kill", counting["id"], "XDP")
+    assert pinned_names(counting) == ["stats", "stats__at_copy", "stats__at_copy_rules", "stats__before_reset"]
+    send(run, pair, 50)
+    back = run("xdp_program", dict(args, object=objects["v1"]))
+    assert not back.get("failed") and recovered(back) == [
+        "map stats: an upgrade stopped before its end, with eth0's XDP program moved to the new map"], back
+    assert pair.xdp_prog_id() == counting["id"] and pinned_names(counting) == ["stats"]
+    assert stats(run, pair) == [{"key": 0, "value": {"packets": 150, "bytes": 150 * SIZE}}]
+
+
 def tc_on_hook(pair, method):
     """The programs on rx/eth0's tc ingress as the kernel lists them: tcx's, or the clsact filters'."""
     if method == "tcx":

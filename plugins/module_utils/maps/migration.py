@@ -39,7 +39,7 @@ aside and its commit or undo leaves it set aside; the next run's `Recovery`
 puts it back or drops it, by the maps the programs of every attachment of
 the maps use (a map set's too, whichever attachment's task runs next), and
 adds what was counted since the copy (from the snapshot the copy pinned,
-`AT_COPY`) where it goes.
+`AT_COPY`, converted by the rules the copy pinned with it, `AT_COPY_RULES`) where it goes.
 
 `compare` and `shape` are pure and tested without a kernel; `review` reads
 the object (before load) and the pins.
@@ -50,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import os
 import time
 from collections.abc import Callable
@@ -78,6 +79,10 @@ SET_ASIDE = "%s__before_reset"
 # after it is added (`Copy.add_gained`): a run killed in between leaves what the next run's `Recovery` needs to
 # add those gains (or, going back, to carry back what the new programs counted) exactly once.
 AT_COPY = "%s__at_copy"
+# What the copy converted with (its map_rename), pinned before the snapshot and dropped after it: a recovery converts
+# as the stopped run did, whatever the task that recovers says.
+AT_COPY_RULES = "%s__at_copy_rules"
+_RULES_SIZE = 4096
 _SNAPSHOT_TYPES = {False: 1, True: 5}  # BPF_MAP_TYPE_HASH, BPF_MAP_TYPE_PERCPU_HASH, by whether values are per CPU
 
 
@@ -305,9 +310,8 @@ class Reset:
         before it to the journal)."""
         self.journal = journal
         for pin, aside, review_ in self.moved:
-            for stale in (aside, _at_copy(pin)):
-                if os.path.exists(stale):
-                    os.unlink(stale)  # left by a run that stopped before its commit or undo
+            _unlink(aside)  # left by a run that stopped before its commit or undo
+            _drop_snapshot(pin)
             os.rename(pin, aside)
             self.steps.append(journal.did(functools.partial(_put_back_pin, pin, aside),
                                           "map %s's pin set aside" % review_.name))
@@ -344,14 +348,14 @@ class Reset:
             self.journal.keep(step)
         self.steps = []
         for pin, aside, _review in self.moved:
-            _unlink(_at_copy(pin))  # before the old map: a snapshot is never left without it
+            _drop_snapshot(pin)  # before the old map: a snapshot is never left without it
             os.unlink(aside)
         self.moved = []
 
 
 def _put_back_pin(pin: str, aside: str) -> None:
     """A pin set aside back under its name (the journal's undo of Reset.set_aside), the copy's snapshot dropped."""
-    _unlink(_at_copy(pin))
+    _drop_snapshot(pin)
     if os.path.exists(pin):
         os.unlink(pin)  # the new map the failed load pinned
     os.rename(aside, pin)
@@ -359,6 +363,42 @@ def _put_back_pin(pin: str, aside: str) -> None:
 
 def _at_copy(pin: str) -> str:
     return os.path.join(os.path.dirname(pin), AT_COPY % os.path.basename(pin))
+
+
+def _at_copy_rules(pin: str) -> str:
+    return os.path.join(os.path.dirname(pin), AT_COPY_RULES % os.path.basename(pin))
+
+
+def _drop_snapshot(pin: str) -> None:
+    """The copy's snapshot, then its rules (the snapshot is never without them)."""
+    _unlink(_at_copy(pin))
+    _unlink(_at_copy_rules(pin))
+
+
+def _pin_rules(pin: str, rename: dict) -> None:
+    """The copy's rules (its map_rename) beside the new map, in a one-entry array, as the ownership records are."""
+    data = json.dumps({"rename": rename}, sort_keys=True).encode("utf-8")
+    if len(data) >= _RULES_SIZE:
+        raise MigrationError("map %s: its map_rename is too long to keep with the copy (%d of %d bytes)" % (
+            os.path.basename(pin), len(data), _RULES_SIZE))
+    path = _at_copy_rules(pin)
+    _unlink(path)
+    with _bpf.Map.create(_bpf.BPF_MAP_TYPE_ARRAY, "at_copy_rules", 4, _RULES_SIZE, 1) as rules:
+        rules.update(bytes(4), data.ljust(_RULES_SIZE, b"\0"))
+        rules.pin(path)
+
+
+def copy_rules(pin: str) -> dict | None:
+    """The rules a stopped run's copy of the map at pin converted with ({"rename": {old: new}}); None when it left
+    none (a release before they were kept)."""
+    raw = _bpf.pinned_value(_at_copy_rules(pin), bytes(4), _RULES_SIZE)
+    if raw is None:
+        return None
+    try:
+        rules = json.loads(raw.split(b"\0", 1)[0].decode("utf-8"))
+    except ValueError:
+        raise MigrationError("%s is not readable: remove it and the snapshot beside it" % _at_copy_rules(pin))
+    return rules if isinstance(rules, dict) and isinstance(rules.get("rename"), dict) else None
 
 
 def _unlink(path: str) -> None:
@@ -422,8 +462,10 @@ class Recovery:
         snapshot = _at_copy(self._pin(name))
         if name not in self.new_ids or not os.path.exists(snapshot):
             return None
-        return Copy(name, self._pin(name), _pinned(self._aside(name)), _pinned(self._pin(name)),
-                    self.rename.get(name) or {}, source=snapshot)
+        rules = copy_rules(self._pin(name))
+        rename = rules["rename"] if rules is not None else self.rename.get(name) or {}
+        return Copy(name, self._pin(name), _pinned(self._aside(name)), _pinned(self._pin(name)), rename,
+                    source=snapshot)
 
     def back(self, moved_back: list[str] | None = None) -> list[str]:
         words = []
@@ -435,7 +477,7 @@ class Recovery:
                 copy.written = copy.planned_counts()
                 carried = ", with what the new programs counted meanwhile (%d entries) added to it" % \
                     copy.carry_back(aside)
-            _unlink(_at_copy(pin))
+            _drop_snapshot(pin)
             used = name in self.new_ids
             if used:
                 os.unlink(pin)
@@ -464,7 +506,7 @@ class Recovery:
             if copy is not None:
                 copy.add_gained(aside)
                 added = ", and what it counted after the copy was added to the new one"
-            _unlink(_at_copy(pin))
+            _drop_snapshot(pin)
             os.unlink(aside)
             words.append("map %s: an upgrade stopped after its swap left the old map set aside (%s); the programs on "
                          "the hooks use the new one, so the old one was dropped%s" % (name, aside, added))
@@ -697,7 +739,7 @@ class Copy:
         new_key, new_value = _btf.layouts(new_info, new_btf)
         if old_value.prog_offsets() or new_value.prog_offsets():
             raise MigrationError("map %s holds programs, which a copy cannot carry" % name)
-        self.name, self.pin = name, pin
+        self.name, self.pin, self.rename = name, pin, rename
         self.key = Conversion(name, "key", old_key, new_key, {})
         self.value = Conversion(name, "value", old_value, new_value, rename)
         self.array = new_info["type"] in ("array", "percpu_array")
@@ -773,7 +815,8 @@ class Copy:
         """The old map's entries as the copy read them (self.snapshot), pinned beside the new map (AT_COPY) in a
         hash of the old map's key and value sizes, for a run killed before add_gained (Recovery)."""
         path = _at_copy(self.pin)
-        _unlink(path)
+        _drop_snapshot(self.pin)
+        _pin_rules(self.pin, self.rename)
         with _bpf.open_pinned_map(set_aside) as old:
             info, percpu = old.info, old.percpu
         # Room for the keys the old map gets after the copy (add_gained enters them).
@@ -839,7 +882,7 @@ class Copy:
             add_atomically(new, adds, also=((snapshot, advances),) if snapshot is not None else ())
         if between is not None:
             between()
-        _unlink(_at_copy(self.pin))
+        _drop_snapshot(self.pin)
 
     def _back(self) -> dict[str, tuple[int, int]]:
         """The new layout's counters that carry_back adds to the old map: name -> (offset, size) of the old field

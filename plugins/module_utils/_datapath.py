@@ -265,6 +265,9 @@ class Run:
         # The step's entry's map set's other attachments its migration moves, each held as it was (hold_mates),
         # with its kind and entry; None outside a step.
         self.mates_held: list | None = None
+        # The step's migrated maps' ways to carry what the new programs counted back to the old maps
+        # (hold_carry_back); None outside a step.
+        self.carriers_held: list | None = None
         self.netns_of_step: str | None = None
 
     def converge(self, section: str, params: dict, before_change: Callable[[], None] | None = None) -> dict:
@@ -283,6 +286,15 @@ class Run:
             held = _converge.hold(kind, entry)
             if held is not None:
                 self.mates_held.append((kind, entry, held))
+
+    def hold_carry_back(self, carriers: list) -> None:
+        """At an entry's migrating upgrade's point of no return: what carries the new programs' counts back to the old
+        maps, put back after the entry and its map set's other attachments (their old programs and maps)."""
+        if self.carriers_held is None or self.check_mode:
+            for carrier in carriers:
+                carrier.close()
+            return
+        self.carriers_held.extend(carriers)
 
     def ship(self, sources: _compile.Sources) -> None:
         """Write the sources that differ on the host, before the objects compile from them."""
@@ -303,7 +315,7 @@ class Run:
             section, keys_of(section, params)[0])
         # A hook of ours is held as it was right before the step's first change (none: nothing held).
         holds: list = []
-        self.mates_held, self.netns_of_step = [], params.get("netns")
+        self.mates_held, self.carriers_held, self.netns_of_step = [], [], params.get("netns")
 
         def before_change():
             if not holds:
@@ -320,6 +332,11 @@ class Run:
                 self.changes.append({"entry": label, "section": section, "state": params.get("state", "present"),
                                      "diff": result.get("diff")})
                 if not self.check_mode:
+                    for carrier in self.carriers_held:
+                        # Journalled first, so undone last: once every old program is back on its hook.
+                        self.journal.did(self.journal.hold(carrier).put_back, "%s's map %s (what the new programs "
+                                         "counted, added to the old map)" % (label, carrier.name))
+                    self.carriers_held = []
                     undo, held = held or self._undo(section, params, result, gathered), None
                     if undo is not None:
                         what = label if index is None else "%s (%s)" % (
@@ -331,6 +348,8 @@ class Run:
                             label, describe(kind, keys_of(kind, entry)[0])))
                     self.mates_held = []
                     if os.environ.get(FAULT_AFTER_ENV) == str(len(self.changes)):
+                        if os.environ.get(_converge.FAULT_RESUME_ENV):
+                            _converge.pause()  # a test's moment (frames sent) between the change and the failure
                         raise InjectedFault("fault injected after change %d" % len(self.changes))
         except Exception as exc:
             put_back = [] if self.check_mode else self.put_back()  # whatever went wrong, the host goes back
@@ -339,10 +358,11 @@ class Run:
             raise  # a bug: it keeps its traceback
         finally:
             # held: not journalled (no change); holds and the mates': the converger failed (it put them back)
-            for unused in [held] + holds + [mate for _kind, _entry, mate in self.mates_held or []]:
+            for unused in [held] + holds + [mate for _kind, _entry, mate in self.mates_held or []] + (
+                    self.carriers_held or []):
                 if unused:
                     unused.close()
-            self.mates_held = self.netns_of_step = None
+            self.mates_held = self.carriers_held = self.netns_of_step = None
         if index is not None:
             self.results[section].append(dict(result, item={k: v for k, v in params.items() if k != "pin_root"}))
 

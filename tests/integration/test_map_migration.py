@@ -843,7 +843,9 @@ def test_datapath_migrates_and_a_failing_entry_after_puts_the_old_program_and_ma
     # back its very program, and its pin the old map with its counters.
     res = run("datapath", {"config": {"xdp": [entry, dict(entry, interface="lo", object=str(broken))]}})
     assert res.get("failed") and res["msg"].startswith("config.xdp[1]: "), res
-    assert res["put_back"] == ["config.xdp[0] (the XDP hook of eth0 in netns %s): put back" % pair.rx], res
+    assert res["put_back"] == ["config.xdp[0] (the XDP hook of eth0 in netns %s): put back" % pair.rx,
+                               "config.xdp[0]'s map stats (what the new programs counted, added to the old map): "
+                               "put back"], res
     assert host(pair, counting) == before
     send(run, pair, 50)
     assert stats(run, pair) == [{"key": 0, "value": {"packets": 150, "bytes": 150 * SIZE}}]
@@ -880,7 +882,8 @@ def test_datapath_puts_back_every_attachment_a_shared_map_set_migration_moved_wh
     assert "Traceback" not in json.dumps(res)
     assert res["put_back"] == [
         "config.xdp[0]'s map set: the XDP hook of a1 in netns %s: put back" % pair.rx,
-        "config.xdp[0] (the XDP hook of eth0 in netns %s): put back" % pair.rx], res
+        "config.xdp[0] (the XDP hook of eth0 in netns %s): put back" % pair.rx,
+        "config.xdp[0]'s map stats (what the new programs counted, added to the old map): put back"], res
     assert host_now() == before
     assert sh("ls", "-A", pin.rpartition("/")[0]).stdout.split() == ["stats"]
     # Both old programs count on into the old map.
@@ -892,6 +895,56 @@ def test_datapath_puts_back_every_attachment_a_shared_map_set_migration_moved_wh
     assert pair.xdp_prog_id(dev="a1") != before[1]
     send_a1(run, pair, a1_mac, 10)
     assert read_u64s(pin)[bytes(4)] == (150, 150 * SIZE, 0)
+
+
+def test_datapath_put_back_carries_back_what_the_new_programs_counted_before_the_failure(run, pair, objects, tmp_path):
+    """A datapath entry migrates the map set eth0 shares with a1 (fields swapped), and the run fails after it (an
+    injected fault, once 30 frames more reached each interface): the put-back puts both old programs and the old
+    map back, and adds to the old map what the new programs counted in the new one meanwhile (the same carry-back
+    as a failed upgrade's own), so every frame is counted once."""
+    import threading  # pylint: disable=import-outside-toplevel
+    import time  # pylint: disable=import-outside-toplevel
+    from ansible_collections.ebpf.xdp.plugins.module_utils import _datapath  # pylint: disable=import-outside-toplevel
+    from ansible_collections.ebpf.xdp.plugins.module_utils.hooks import converge as _converge  # pylint: disable=import-outside-toplevel
+
+    a1_mac, args, attached = attach_shared_set(run, pair, objects)
+    pin = attached[0]["maps"]["stats"]
+    send(run, pair, 100)
+    send_a1(run, pair, a1_mac, 20)
+    before = pair.xdp_prog_id(), pair.xdp_prog_id(dev="a1")
+    resume, results = tmp_path / "resume", {}
+    env = {_datapath.FAULT_AFTER_ENV: "1", _converge.FAULT_RESUME_ENV: str(resume)}
+    entry = dict(args, interface="eth0", object=objects["swapped"])
+    thread = threading.Thread(target=lambda: results.update(
+        res=run("datapath", {"config": {"xdp": [entry]}}, env=env)))
+    thread.start()
+    try:
+        # The entry is over once the old map's pin is dropped (its point of no return), both programs moved.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (
+                sh("ls", "-A", pin.rpartition("/")[0]).stdout.split() != ["stats"]
+                or pair.xdp_prog_id(dev="a1") == before[1] or pair.xdp_prog_id() == before[0]):
+            time.sleep(0.05)
+        assert pair.xdp_prog_id() != before[0] and pair.xdp_prog_id(dev="a1") != before[1], "both moved"
+        time.sleep(0.5)
+        send(run, pair, 30)  # counted by the new programs, in the new map
+        send_a1(run, pair, a1_mac, 30)
+    finally:
+        resume.touch()
+        thread.join()
+    res = results["res"]
+    assert res.get("failed") and res["msg"] == "config.xdp[0]: fault injected after change 1", res
+    assert res["put_back"] == [
+        "config.xdp[0]'s map set: the XDP hook of a1 in netns %s: put back" % pair.rx,
+        "config.xdp[0] (the XDP hook of eth0 in netns %s): put back" % pair.rx,
+        "config.xdp[0]'s map stats (what the new programs counted, added to the old map): put back"], res
+    assert (pair.xdp_prog_id(), pair.xdp_prog_id(dev="a1")) == before
+    assert sh("ls", "-A", pin.rpartition("/")[0]).stdout.split() == ["stats"]
+    # v1's layout again: packets first; 120 before, 60 between the entry and the failure.
+    assert read_u64s(pin)[bytes(4)] == (180, 180 * SIZE)
+    send(run, pair, 10)
+    send_a1(run, pair, a1_mac, 10)
+    assert read_u64s(pin)[bytes(4)] == (200, 200 * SIZE)
 
 
 def test_fields_refuses_a_key_field_removed_without_a_rule(run, pair, objects):

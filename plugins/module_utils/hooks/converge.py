@@ -119,10 +119,10 @@ def fault_point(name: str) -> None:
         if one == "raise:" + name:
             raise HookError("fault injected at %s" % name)
         if one == "pause:" + name:
-            _pause()  # another run meanwhile finds this one holding its locks
+            pause()  # another run meanwhile finds this one holding its locks
 
 
-def _pause() -> None:
+def pause() -> None:
     """PAUSE_SECONDS, or until the file FAULT_RESUME_ENV names exists (a test's own moment, at most a minute)."""
     resume = os.environ.get(FAULT_RESUME_ENV)
     if not resume:
@@ -470,8 +470,13 @@ class Converger:
 
     def __init__(self, hook, desired: Desired, check_mode: bool, load=_loader.load, netns_key: str | None = None,
                  before_change: Callable[[], None] | None = None,
-                 before_mates_change: Callable[[list[tuple[str, dict]]], None] | None = None):
+                 before_mates_change: Callable[[list[tuple[str, dict]]], None] | None = None,
+                 keep_carry_back: Callable[[list[_migration.CarryBack]], None] | None = None):
         self.hook = hook
+        # Given, at a migrating upgrade's point of no return, each migrated map's way to carry what the new programs
+        # count back to the old map (its old and new map held open): datapath keeps them for its put-back, which
+        # puts the old programs and maps back after this upgrade stood. Else they are closed at once.
+        self.keep_carry_back = keep_carry_back
         # Called with the map set's other attachments (kind, entry) a migrating upgrade moves, before it changes
         # any of them (datapath holds each for its put-back).
         self.before_mates_change = before_mates_change or (lambda mates: None)
@@ -1001,6 +1006,8 @@ class Converger:
                     for mate in self.mates:
                         self._pin_mate(mate)
                     fault_point("before_retire")
+                    if self.keep_carry_back is not None and reset.moved:
+                        self.keep_carry_back(reset.carriers())
                     # The point of no return of a migrating upgrade: the old maps, off the hooks with the old
                     # programs, are dropped.
                     reset.commit()
@@ -1340,11 +1347,13 @@ def absent_without_interface(params: dict, check_mode: bool, make_hook: Callable
 
 def converge_interface(params: dict, check_mode: bool, make_hook: Callable,
                        before_change: Callable[[], None] | None = None,
-                       before_mates_change: Callable[[list[tuple[str, dict]]], None] | None = None
+                       before_mates_change: Callable[[list[tuple[str, dict]]], None] | None = None,
+                       keep_carry_back: Callable[[list[_migration.CarryBack]], None] | None = None
                        ) -> tuple[dict, list[str]]:
     """Converge the hook make_hook(params, ifindex, netns_key) builds on params' interface and netns;
-    before_change() is called once right before the first change, if any, and before_mates_change(mates) before
-    a migrating upgrade moves its map set's other attachments (see Converger).
+    before_change() is called once right before the first change, if any, before_mates_change(mates) before
+    a migrating upgrade moves its map set's other attachments, and keep_carry_back(carriers) at its point of no
+    return (see Converger).
 
     Outside check mode the pin root must be on bpffs and the interface is
     locked; the hook is read under the lock, since a concurrent run may have
@@ -1352,7 +1361,7 @@ def converge_interface(params: dict, check_mode: bool, make_hook: Callable,
     through the host session (_session): a datapath task's entries share it.
     """
     with _session.host():
-        return _converge_interface(params, check_mode, make_hook, before_change, before_mates_change)
+        return _converge_interface(params, check_mode, make_hook, before_change, before_mates_change, keep_carry_back)
 
 
 def _rollback(params: dict, make_hook: Callable, key: str) -> dict:
@@ -1364,7 +1373,8 @@ def _rollback(params: dict, make_hook: Callable, key: str) -> dict:
 
 def _converge_interface(params: dict, check_mode: bool, make_hook: Callable,
                         before_change: Callable[[], None] | None,
-                        before_mates_change: Callable[[list[tuple[str, dict]]], None] | None = None
+                        before_mates_change: Callable[[list[tuple[str, dict]]], None] | None = None,
+                        keep_carry_back: Callable[[list[_migration.CarryBack]], None] | None = None
                         ) -> tuple[dict, list[str]]:
     _revisions.check_params(params)
     if params["state"] == "absent":
@@ -1404,7 +1414,8 @@ def _converge_interface(params: dict, check_mode: bool, make_hook: Callable,
         hook = make_hook(params, _netns.ifindex(ifname), key)
         desired = Desired.from_params(params)
         converger = Converger(hook, desired, check_mode, load=desired.loader(), netns_key=key,
-                              before_change=before_change, before_mates_change=before_mates_change)
+                              before_change=before_change, before_mates_change=before_mates_change,
+                              keep_carry_back=keep_carry_back)
         result = dict(converger.run(), netns=params["netns"])
     # The locks are dropped: a set left behind is taken under its own lock only (no lock order to keep).
     converger.release_sets()

@@ -342,6 +342,24 @@ class Reset:
                                  "carried back to the old map, and is dropped with the new one: %s" % (review_.name, exc))
         return words
 
+    def carriers(self) -> list[CarryBack]:
+        """Before commit(): each migrated map with counters to carry back, its old and new map held open."""
+        out = []
+        try:
+            for pin, aside, review_ in self.moved:
+                if review_.copy is not None and review_.copy.carries_back():
+                    old = _bpf.open_pinned_map(aside)
+                    try:
+                        out.append(CarryBack(review_.copy, old, _bpf.open_pinned_map(pin)))
+                    except Exception:
+                        old.close()
+                        raise
+        except Exception:
+            for carrier in out:
+                carrier.close()
+            raise
+        return out
+
     def commit(self) -> None:
         """The upgrade's point of no return: the old maps' pins dropped, and their way back in the journal."""
         for step in self.steps:
@@ -351,6 +369,24 @@ class Reset:
             _drop_snapshot(pin)  # before the old map: a snapshot is never left without it
             os.unlink(aside)
         self.moved = []
+
+
+class CarryBack:
+    """A migrated map's counts' way back once its upgrade stood (its old pins dropped): the old and the new map held
+    open, for a put-back that puts the old programs and the old maps' pins back later (datapath, when a later entry
+    fails): once every old program is on its hook again, put_back() adds to the old map what the new programs
+    counted (Copy.carry_back_between), as a migrating upgrade's own way back does."""
+
+    def __init__(self, copy: Copy, old: _bpf.Map, new: _bpf.Map):
+        self.copy, self.old, self.new = copy, old, new
+        self.name = copy.name
+
+    def put_back(self) -> None:
+        self.copy.carry_back_between(self.new, self.old)
+
+    def close(self) -> None:
+        for held in (self.old, self.new):
+            held.close()
 
 
 def _put_back_pin(pin: str, aside: str) -> None:
@@ -884,6 +920,10 @@ class Copy:
             between()
         _drop_snapshot(self.pin)
 
+    def carries_back(self) -> bool:
+        """Whether carry_back has counters to add (a map without counters is put back as it was)."""
+        return bool(self._back())
+
     def _back(self) -> dict[str, tuple[int, int]]:
         """The new layout's counters that carry_back adds to the old map: name -> (offset, size) of the old field
         it came from (a counter there too, 4 or 8 bytes: the kernel's atomic adds)."""
@@ -919,21 +959,25 @@ class Copy:
         their moments on the hooks, beyond what this run wrote into the new map, field by field back to the old
         layout, atomically (the old programs count into the same values). Entries the new programs made that
         the old map does not have are not carried. Returns the entries added to."""
+        with _bpf.open_pinned_map(self.pin) as new, _bpf.open_pinned_map(set_aside) as old:
+            return self.carry_back_between(new, old)
+
+    def carry_back_between(self, new: _bpf.Map, old: _bpf.Map) -> int:
+        """carry_back() from the new map to the old one, both open (datapath's put-back, after their pins went)."""
         back = self._back()
         if not back or not self.written:
             return 0
         adds = []
-        with _bpf.open_pinned_map(self.pin) as new, _bpf.open_pinned_map(set_aside) as old:
-            for key, now in new.items():
-                old_key = self.old_keys.get(key)
-                if old_key is None:
-                    continue
-                nows = now if isinstance(now, list) else [now]
-                written = self.written.get(key) or [{} for _cpu in nows]
-                for cpu, (raw, was) in enumerate(zip(nows, written)):
-                    fields = [back[name] + (amount,) for name, amount in (
-                        (name, count - was.get(name, 0)) for name, count in self._counted(raw).items()) if amount > 0]
-                    if fields:
-                        adds.append((old_key, cpu if old.percpu else None, fields))
-            add_atomically(old, adds)
+        for key, now in new.items():
+            old_key = self.old_keys.get(key)
+            if old_key is None:
+                continue
+            nows = now if isinstance(now, list) else [now]
+            written = self.written.get(key) or [{} for _cpu in nows]
+            for cpu, (raw, was) in enumerate(zip(nows, written)):
+                fields = [back[name] + (amount,) for name, amount in (
+                    (name, count - was.get(name, 0)) for name, count in self._counted(raw).items()) if amount > 0]
+                if fields:
+                    adds.append((old_key, cpu if old.percpu else None, fields))
+        add_atomically(old, adds)
         return len(adds)

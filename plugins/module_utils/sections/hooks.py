@@ -64,9 +64,10 @@ class Hook(Section):
         return found
 
     def converge(self, params: dict, check_mode: bool, run, before_change=None) -> tuple[dict, list[str]]:
-        # A migrating upgrade of a map set moves the set's other attachments: datapath holds each for its put-back.
+        # A migrating upgrade of a map set moves the set's other attachments, and its new programs count into new
+        # maps: datapath holds each attachment, and what carries those counts back to the old maps, for its put-back.
         return _converge.converge_interface(params, check_mode, self.adapter.from_params, before_change,
-                                            getattr(run, "hold_mates", None))
+                                            getattr(run, "hold_mates", None), getattr(run, "hold_carry_back", None))
 
     def placed_next_to(self, params: dict) -> list[tuple]:
         """The keys of the attachments on the same hook this entry is placed beside (tc's before/after)."""

@@ -1017,6 +1017,8 @@ def test_revision_previous_migrates_back_by_field_name(run, pair, objects, count
 # written, and the old map's retirement, its point of no return.
 BEFORE_SWAP = ["maps_set_aside", "after_load", "during_copy"]
 AFTER_SWAP = ["after_swap", "after_gains_added", "after_attach", "after_pin", "before_record", "before_retire"]
+# Killed there, the new program is on the hook with the new maps, and its record is not written yet.
+RECORDED_AFTER = ["after_attach", "after_pin", "before_record"]
 
 
 def pinned_names(counting):
@@ -1083,9 +1085,13 @@ def test_a_migrating_upgrade_stopped_at_each_step_converges_with_every_counter(r
         assert pair.xdp_prog_id() == counting["id"], "the old program stays on the hook"
     else:
         assert pair.xdp_prog_id() != counting["id"]
+    killed = pair.xdp_prog_id()
     send(run, pair, 50)  # counted by whichever program is on the hook, into its own map
     converged = run("xdp_program", args)
     assert not converged.get("failed") and converged["maps"] == counting["maps"], converged
+    if fault == "kill" and point in RECORDED_AFTER:
+        # The program on the hook is the one the run would load: pinned and recorded as it is, not reloaded.
+        assert converged["changed"] and converged["id"] == killed, converged
     if fault == "raise":
         assert recovered(converged) == [], "the failed run put its map back itself"
     elif point in ("after_swap", "after_gains_added"):
@@ -1125,6 +1131,29 @@ def test_a_recovery_converts_with_the_stopped_runs_map_rename(run, pair, objects
         "map stats: an upgrade stopped before its end, with eth0's XDP program moved to the new map"], back
     assert pair.xdp_prog_id() == counting["id"] and pinned_names(counting) == ["stats"]
     assert stats(run, pair) == [{"key": 0, "value": {"packets": 150, "bytes": 150 * SIZE}}]
+
+
+def test_a_migrating_upgrade_killed_before_its_record_keeps_the_program_on_the_hook(run, pair, objects, counting):
+    """Killed after its swap with the new program pinned but not recorded (before_record). The next run drops the
+    old map (the program on the hook uses the new one) and finds on the hook the very program it would load (same
+    instructions, maps and data): it pins and records that one instead of swapping in a twin (same id after).
+    It reports changed, as its check mode predicts: it completes the stopped run's record and drops its old map,
+    which changes the host though not the hook. Check mode and the run after find nothing to do."""
+    args = dict(interface="eth0", netns=pair.rx, object=objects["swapped"], program="xdp_count_rec")
+    stop_at(run, "xdp_program", args, "before_record", "kill", counting["id"], "XDP")
+    killed = pair.xdp_prog_id()
+    assert killed != counting["id"]
+    send(run, pair, 50)
+    assert run("xdp_program", args, check=True)["changed"] is True
+    converged = run("xdp_program", args)
+    assert converged["changed"] and not converged.get("failed"), converged
+    assert recovered(converged) == ["map stats: an upgrade stopped after its swap left the old map set aside"]
+    assert converged["id"] == killed == pair.xdp_prog_id(), "the program on the hook kept, not reloaded"
+    for check in (True, False):
+        same = run("xdp_program", args, check=check)
+        assert same["changed"] is False and not same.get("failed") and same["id"] == killed, same
+    assert pinned_names(counting) == ["stats"]
+    assert stats(run, pair) == [{"key": 0, "value": {"bytes": 150 * SIZE, "packets": 150}}]
 
 
 def tc_on_hook(pair, method):

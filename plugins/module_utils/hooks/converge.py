@@ -88,6 +88,7 @@ DETACH_FOREIGN = "detach foreign"
 REFUSE_FOREIGN = "refuse foreign"
 LOAD = "load"
 RECORD_ONLY = "rewrite the record"
+KEEP_ON_HOOK = "record the program on the hook"
 ATTACH = "attach"
 UPDATE_LINK = "update link"
 REPLACE = "replace in place"
@@ -685,6 +686,22 @@ class Converger:
             and not any(r.outcome in (_migration.RESET_DONE, _migration.MIGRATED)
                         for r in self.map_reviews)  # the tag omits the maps
 
+    def _twin_on_hook(self, observed: Observed, loaded: _loader.Loaded) -> bool:
+        """A run stopped after its swap and before its record (killed): whether the program on the hook, which
+        the record does not name, is the one this run has just loaded again: same instructions (tag), same maps
+        (the pinned ones by id, its data sections by content) and in place. It is then pinned and recorded as it
+        is, not swapped for its twin."""
+        stored = self.pins.record.read()
+        if not observed.attached or not stored or stored.get("prog_id") == observed.prog_id \
+                or not self.hook.in_place(observed) or not self.hook.settled(observed):
+            return False
+        try:
+            on_hook = _bpf.program_info(observed.prog_id)
+            return on_hook["tag"] == loaded.info["tag"] and \
+                _data_maps(on_hook["map_ids"]) == _data_maps(loaded.info["map_ids"])
+        except _bpf.BpfError:
+            return False  # gone meanwhile: the swap decides
+
     def _objects(self) -> _revisions.Keeper:
         """The object store for this hook's record (none without object_store: fakes in unit tests)."""
         owner = self.pins.record.path if self.desired.object_store else None
@@ -932,6 +949,8 @@ class Converger:
                     reset.copy(during=lambda: fault_point("during_copy"))
                     action = plan_swap(observed, self.hook.in_place(observed), self._same_program(observed, loaded),
                                        self.hook.movable(observed))
+                    if action != RECORD_ONLY and self._twin_on_hook(observed, loaded):
+                        action = KEEP_ON_HOOK
                     if action == RECORD_ONLY:
                         # A rebuilt object with the same program: nothing changes in the kernel;
                         # the record learns the new object so the next run matches it directly.
@@ -963,7 +982,13 @@ class Converger:
                         way_back = journal.hold(WayBack(self.hook, observed, old, record))
                         for mate in self.mates:
                             mate.way_back = WayBack(mate.hook, mate.observed, mate.observed.record, mate.record)
-                    attachment = self._swap(action, observed, loaded.program)
+                    if action == KEEP_ON_HOOK:
+                        # Held as it is; pinned and recorded below as a swapped-in program would be.
+                        attachment = Attachment(holder=observed.holder, placement=observed.placement,
+                                                link_id=observed.link_id, extra=dict(observed.extra),
+                                                program=self.hook.hold(observed.prog_id))
+                    else:
+                        attachment = self._swap(action, observed, loaded.program)
                     attached = True
                     journal.keep(made)
                     if way_back:
@@ -1307,6 +1332,20 @@ def hold(kind: str, params: dict) -> Held | None:
                 obj.close()
             raise
         return Held(params, ADAPTERS[kind].from_params, pins, record, held)
+
+
+def _data_maps(map_ids: list[int]) -> list[tuple]:
+    """A program's maps as _twin_on_hook compares them: a map of its own (.rodata, .data, .bss: libbpf names them
+    after their section) by its section and content, any other map by its id."""
+    out = []
+    for map_id in map_ids:
+        name = _bpf.map_info(map_id)["name"]
+        if "." not in name:
+            out.append(("map", map_id))
+            continue
+        with _bpf.Map.from_id(map_id) as own:
+            out.append((name[name.rfind("."):], own.lookup(bytes(4)) if own.info["key_size"] == 4 else None))
+    return sorted(out, key=repr)
 
 
 def _maps_in_use(observed: Observed) -> list[int]:

@@ -41,10 +41,14 @@ extends_documentation_fragment:
 options:
   engine:
     description:
-      - How to send. V(xdp) is the in-kernel generator and fails when O(interface) cannot take XDP frames;
-        V(socket) is the raw-socket sender.
-      - V(auto) uses V(xdp) when O(object) is given, O(rate) is not, libbpf is there and O(interface) takes
-        XDP frames, and V(socket) otherwise; RV(engine) and RV(engine_reason) say which and why.
+      - How to send. V(xdp) is the in-kernel generator and fails when O(interface) cannot take XDP frames or
+        the kernel refuses live-frames test runs; V(socket) is the raw-socket sender.
+      - V(auto) uses V(xdp) when O(object) is given, O(rate) is not, libbpf is there, O(interface) takes
+        XDP frames and the kernel runs live frames, and V(socket) otherwise; RV(engine) and RV(engine_reason)
+        say which and why.
+      - Whether the kernel runs live frames is found by one live-frames run of a program that drops its frame
+        (nothing is sent, check mode included). A kernel before 5.18 lacks them, and a host's policy can refuse
+        them on a new one (a 6.18 kernel was seen answering EPERM).
     type: str
     choices: [auto, xdp, socket]
     default: auto

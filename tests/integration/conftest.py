@@ -216,7 +216,8 @@ def pytest_collection_modifyitems(session, config, items):  # pylint: disable=un
     def keep(item):
         on_vm = "vm" in getattr(item, "fixturenames", ())
         if config.getoption("kernel_dependent"):
-            if not any(any(item.iter_markers(name)) for name in ("kernel", "kernel_either", "debian12")):
+            if not (any(any(item.iter_markers(name)) for name in ("kernel_either", "debian12"))
+                    or any(m.args[0] not in kernel_features.HOST_POLICY for m in item.iter_markers("kernel"))):
                 return False
             if not _one_refusal_per_file(item, refusals_kept):
                 return False

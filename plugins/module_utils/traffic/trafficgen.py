@@ -79,6 +79,9 @@ TEMPLATE = struct.Struct("=IBBH%ds" % HEADER_MAX)
 L4_TYPES = {"udp": 1, "tcp": 2, "icmp": 0}
 # struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex.
 XDP_MD = struct.Struct("=6I")
+XDP_DROP = 1
+# The live-frames probe's frame: the smallest Ethernet frame, all zeros (dropped by the probe's program).
+PROBE_FRAME_SIZE = 60
 
 
 class TrafficgenError(EbpfXdpError):
@@ -315,12 +318,13 @@ def read_device(link: dict) -> Device:
     return device
 
 
-def choose_engine(settings: Settings, device: Callable[[], Device],
-                  libbpf_error: Callable[[], str | None]) -> tuple[str, str]:
+def choose_engine(settings: Settings, device: Callable[[], Device], libbpf_error: Callable[[], str | None],
+                  live_frames_error: Callable[[], str | None]) -> tuple[str, str]:
     """(engine, why) for the requested engine; TrafficgenError when engine xdp cannot deliver.
 
-    device() reads the interface and libbpf_error() tries libbpf: both only
-    when the answer depends on them, so the socket engine needs neither.
+    device() reads the interface, libbpf_error() tries libbpf and
+    live_frames_error() the kernel's live-frames runs: each only when the
+    answer depends on it, so the socket engine needs none of them.
     """
     if settings.engine == "socket":
         return "socket", "requested"
@@ -337,7 +341,35 @@ def choose_engine(settings: Settings, device: Callable[[], Device],
     able, why = device().xdp_ability()
     if settings.engine == "xdp" and not able:
         raise TrafficgenError("engine xdp cannot deliver frames: %s; use engine: socket or auto" % why)
-    return ("xdp" if able else "socket"), why
+    if not able:
+        return "socket", why
+    refused = live_frames_error()
+    if refused:
+        if settings.engine == "xdp":
+            raise TrafficgenError("engine xdp cannot send: %s; use engine: socket or auto" % refused)
+        return "socket", refused
+    return "xdp", why
+
+
+def live_frames_error() -> str | None:
+    """Why the kernel refuses the xdp engine's live-frames test runs, or None.
+
+    One live-frames run of a program that drops its one frame, so nothing is
+    sent. A kernel before 5.18 does not know the flag; a 6.18 host was seen
+    answering EPERM to every live-frames run while it ran the same program
+    without the flag, so the release alone cannot tell.
+    """
+    code = _bpf.insn(_bpf.BPF_MOV64_IMM, dst=0, imm=XDP_DROP) + _bpf.insn(_bpf.BPF_EXIT)
+    try:
+        probe = _bpf.Program.from_instructions("xdp", "ebpf_xdp_live", code)
+    except _bpf.BpfError as exc:
+        return "cannot load a program to try a live-frames run: %s" % exc
+    with probe:
+        try:
+            probe.test_run(bytes(PROBE_FRAME_SIZE), flags=_bpf.BPF_F_TEST_XDP_LIVE_FRAMES, batch_size=1)
+        except _bpf.BpfError as exc:
+            return "this kernel refuses live-frames test runs (BPF_F_TEST_XDP_LIVE_FRAMES): %s" % exc
+    return None
 
 
 def libbpf_error() -> str | None:
@@ -520,7 +552,7 @@ def generate(settings: Settings, check_mode: bool = False) -> dict:
         iface = _netlink.interface(settings.interface)
         settings.check_size(iface["mtu"])
         kinds = build_kinds(settings, settings.src_mac or iface["mac"])
-        engine, why = choose_engine(settings, lambda: read_device(iface), libbpf_error)
+        engine, why = choose_engine(settings, lambda: read_device(iface), libbpf_error, live_frames_error)
         if check_mode:
             return Result(engine, why, {k.name: 0 for k in kinds}, 0.0,
                           [thread_result(cpu, 0, 0.0) for cpu in cpus], 0).as_dict()

@@ -222,34 +222,50 @@ def test_xdp_ability(device, able, words):
     assert got is able and words in why, why
 
 
-@pytest.mark.parametrize("overrides,device,libbpf_error,engine,words", [
-    (dict(engine="socket"), veth(), None, "socket", "requested"),
-    (dict(object="/x.o"), veth(), None, "xdp", "takes XDP frames"),
-    (dict(object="/x.o"), veth(features=VETH_FEATURES_WITHOUT), None, "socket", "neither an XDP program"),
-    (dict(), veth(), None, "socket", "no object given"),
-    (dict(object="/x.o", rate=1000), veth(), None, "socket", "rate paces"),
-    (dict(object="/x.o"), veth(), "cannot load libbpf.so.1", "socket", "libbpf is not available"),
+LIVE_REFUSED = "this kernel refuses live-frames test runs (BPF_F_TEST_XDP_LIVE_FRAMES): EPERM"
+
+
+@pytest.mark.parametrize("overrides,device,libbpf_error,live_error,engine,words", [
+    (dict(engine="socket"), veth(), None, None, "socket", "requested"),
+    (dict(object="/x.o"), veth(), None, None, "xdp", "takes XDP frames"),
+    (dict(object="/x.o"), veth(features=VETH_FEATURES_WITHOUT), None, None, "socket", "neither an XDP program"),
+    (dict(), veth(), None, None, "socket", "no object given"),
+    (dict(object="/x.o", rate=1000), veth(), None, None, "socket", "rate paces"),
+    (dict(object="/x.o"), veth(), "cannot load libbpf.so.1", None, "socket", "libbpf is not available"),
+    (dict(object="/x.o"), veth(), None, LIVE_REFUSED, "socket", "refuses live-frames test runs"),
 ])
-def test_auto_and_explicit_engines(overrides, device, libbpf_error, engine, words):
-    got, why = _trafficgen.choose_engine(settings(**overrides), lambda: device, lambda: libbpf_error)
+def test_auto_and_explicit_engines(overrides, device, libbpf_error, live_error, engine, words):
+    got, why = _trafficgen.choose_engine(settings(**overrides), lambda: device, lambda: libbpf_error,
+                                         lambda: live_error)
     assert got == engine and words in why, why
 
 
-def test_socket_engine_reads_neither_device_nor_libbpf():
+def test_socket_engine_reads_neither_device_nor_libbpf_nor_the_kernel():
     def untouchable():
         raise AssertionError("not needed for the socket engine")
 
     for overrides in (dict(engine="socket", object="/x.o"), dict(), dict(object="/x.o", rate=10)):
-        assert _trafficgen.choose_engine(settings(**overrides), untouchable, untouchable)[0] == "socket"
+        assert _trafficgen.choose_engine(settings(**overrides), untouchable, untouchable, untouchable)[0] == "socket"
 
 
-@pytest.mark.parametrize("device,libbpf_error,words", [
-    (veth(features=VETH_FEATURES_WITHOUT), None, "engine xdp cannot deliver frames: veth eth0 cannot take"),
-    (veth(), "cannot load libbpf.so.1", "engine xdp needs libbpf"),
+def test_live_frames_are_tried_only_where_frames_could_go():
+    def untouchable():
+        raise AssertionError("a device that cannot take the frames needs no live-frames run")
+
+    got, why = _trafficgen.choose_engine(settings(object="/x.o"), lambda: veth(up=False), lambda: None, untouchable)
+    assert got == "socket" and "is down" in why, why
+
+
+@pytest.mark.parametrize("device,libbpf_error,live_error,words", [
+    (veth(features=VETH_FEATURES_WITHOUT), None, None, "engine xdp cannot deliver frames: veth eth0 cannot take"),
+    (veth(), "cannot load libbpf.so.1", None, "engine xdp needs libbpf"),
+    (veth(), None, LIVE_REFUSED, r"engine xdp cannot send: this kernel refuses live-frames test runs .*"
+                                 r"use engine: socket or auto"),
 ])
-def test_engine_xdp_refuses(device, libbpf_error, words):
+def test_engine_xdp_refuses(device, libbpf_error, live_error, words):
     with pytest.raises(_trafficgen.TrafficgenError, match=words):
-        _trafficgen.choose_engine(settings(engine="xdp", object="/x.o"), lambda: device, lambda: libbpf_error)
+        _trafficgen.choose_engine(settings(engine="xdp", object="/x.o"), lambda: device, lambda: libbpf_error,
+                                  lambda: live_error)
 
 
 def test_feature_names():

@@ -78,7 +78,10 @@ rc=0
 if [[ -n $ssh_tests ]]; then
 	say "pytest here: the tests of the VM as a remote host"
 	start=$SECONDS
-	.venv/bin/python -m pytest -p no:cacheprovider -q -rxs --durations=10 --vm=only tests/integration || rc=$?
+	# Two workers, a file on each (test_ee.py, test_vm.py): each test is a chain of Ansible tasks, each task one
+	# module run on one of the VM's two CPUs while the other waits for the next task.
+	.venv/bin/python -m pytest -p no:cacheprovider -q -rxs --durations=10 --vm=only -n 2 --dist loadfile \
+		tests/integration || rc=$?
 	say "they took $((SECONDS - start)) s (exit $rc)"
 fi
 

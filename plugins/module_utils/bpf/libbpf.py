@@ -354,6 +354,7 @@ _SIGNATURES = {
     "bpf_map_delete_elem": (_I, [_I, _P]),
     "bpf_map_get_next_key": (_I, [_I, _P, _P]),
     "bpf_map_lookup_batch": (_I, [_I, _P, _P, _P, _P, ctypes.POINTER(_U32), _P]),
+    "bpf_map_update_batch": (_I, [_I, _P, _P, ctypes.POINTER(_U32), _P]),
     "bpf_link_create": (_I, [_I, _I, _I, _P]),
     "bpf_link_update": (_I, [_I, _I, _P]),
     "bpf_link_detach": (_I, [_I]),
@@ -976,6 +977,29 @@ class Map(Fd):
                                          ctypes.create_string_buffer(bytes(value), self.slot * self.ncpus),
                                          flags),
                "update a key in map %s" % self.label)
+
+    def update_many(self, items: list[tuple[bytes, bytes]]) -> None:
+        """update() of every (key, value), BATCH_SIZE at a time with BPF_MAP_UPDATE_BATCH where the kernel can
+        (hashes and arrays, Linux 5.6): one call instead of one per key (a migration's copy of 100,000 entries),
+        else key by key."""
+        key_size, value_bytes = self.info["key_size"], self.slot * self.ncpus
+        batch = self.info["type_id"] in BATCH_MAP_TYPES
+        for start in range(0, len(items), BATCH_SIZE):
+            chunk = items[start:start + BATCH_SIZE]
+            if batch:
+                keys = b"".join(bytes(key).ljust(key_size, b"\0") for key, _value in chunk)
+                values = b"".join(bytes(value).ljust(value_bytes, b"\0") for _key, value in chunk)
+                count = _U32(len(chunk))
+                ret = lib().bpf_map_update_batch(self.fd, ctypes.create_string_buffer(keys, len(keys)),
+                                                 ctypes.create_string_buffer(values, len(values)),
+                                                 ctypes.byref(count), None)
+                if ret >= 0:
+                    continue
+                if start or count.value or -ret not in NO_BATCH:
+                    _check(ret, "update map %s in batches" % self.label)
+                batch = False  # this kernel cannot: key by key from here
+            for key, value in chunk:
+                self.update(key, value)
 
     def delete(self, key: bytes) -> bool:
         ret = lib().bpf_map_delete_elem(self.fd, self._key(key))

@@ -510,7 +510,6 @@ class Recovery:
             copy = self._copy(name) if moved_back else None
             carried = ""
             if copy is not None:
-                copy.written = copy.planned_counts()
                 carried = ", with what the new programs counted meanwhile (%d entries) added to it" % \
                     copy.carry_back(aside)
             _drop_snapshot(pin)
@@ -641,9 +640,10 @@ class Conversion:
                                      "the map empty" % (where, self.side, value["hex"]))
             value = {name: value[source] for name, source in self.sources.items()}
         try:
-            return self.new.encode(value, _ENCODER, "%s: %s" % (where, self.side))
+            # where is said only in a message: its key is decoded then (a copy converts every entry).
+            return self.new.encode(value, _ENCODER, self.side)
         except _btf.NotationError as exc:
-            raise MigrationError("%s; map_migration: reset starts the map empty" % exc)
+            raise MigrationError("%s: %s; map_migration: reset starts the map empty" % (where, exc))
 
     def gained_here(self, before: bytes, now: bytes) -> list[tuple[int, int, int]]:
         """What each counter gained from before to now, as (offset, size, amount) in the old layout itself (4- and
@@ -756,6 +756,16 @@ HOLDERS = {"array_of_maps": "maps", "hash_of_maps": "maps", "prog_array": "progr
            "sockmap": "sockets", "sockhash": "sockets"}
 
 
+class _Where:
+    """An entry named for a message (its key decoded only when a message says it)."""
+
+    def __init__(self, copy: Copy, key: bytes):
+        self.copy, self.key = copy, key
+
+    def __str__(self) -> str:
+        return "map %s, entry %s" % (self.copy.name, self.copy.key.old.decode(self.key))
+
+
 class Copy:
     """A changed map's entries carried into the new map field by field: planned (and every entry converted in
     memory) when reviewed, written into the new map before the swap (`write`), topped up after it with what the
@@ -789,14 +799,21 @@ class Copy:
         # New key -> old key, of the entries carried (what carry_back adds to).
         self.old_keys: dict[bytes, bytes] = {}
         # What this run wrote into the new map, by new key: per CPU, each counter carried back (see carry_back).
+        # What this run added to the new map after write(), by new key: per CPU, each counter carried back (see
+        # carry_back; what write() wrote is self.planned, read only when carrying back).
         self.written: dict[bytes, list[dict[str, int]]] = {}
+        # Whether the new map holds the planned entries (write() ran, or a recovery's stopped run's did).
+        self.wrote = source is not None
         # The planned entries' values per CPU in the new layout, by new key (what write() writes).
         self.planned: dict[bytes, list[bytes]] = {}
+        # Each old key's conversion by its value (old value, new key, values): write() converts again only the
+        # entries that changed since the review (100,000 entries, a few of them touched meanwhile).
+        self._converted: dict[bytes, tuple] = {}
         # A recovery's copy is planned from the snapshot a stopped run pinned (Recovery), the old map at source.
         self.entries = self._plan(source or pin)
 
-    def _where(self, key: bytes) -> str:
-        return "map %s, entry %s" % (self.name, self.key.old.decode(key))
+    def _where(self, key: bytes) -> _Where:
+        return _Where(self, key)
 
     def _plan(self, path: str) -> list[tuple[bytes, bytes]]:
         """Every entry of the map at path, converted: (new key, new value as update() takes it)."""
@@ -808,9 +825,22 @@ class Copy:
         for key, value in self.snapshot.items():
             raws = value if isinstance(value, list) else [value]
             where = self._where(key)
+            known = self._converted.get(key)
+            if known is not None and known[0] == value:
+                new_key, converted = known[1], known[2]
+                if converted is None:
+                    self.old_keys[new_key] = key
+                    continue
+                self.old_keys[new_key] = key
+                self.planned[new_key] = converted
+                out.append((new_key, _join(dict(info, value_size=self.value.new.size),
+                                           converted if isinstance(value, list) else converted[0])))
+                continue
             if self.array and not any(raw.strip(b"\0") for raw in raws):
                 if int.from_bytes(key[:4], "little") < self.max_entries:
-                    self.old_keys[self.key.convert(key, where)] = key  # what the new program counts there goes back
+                    new_key = self.key.convert(key, where)
+                    self.old_keys[new_key] = key  # what the new program counts there goes back
+                    self._converted[key] = (value, new_key, None)
                 continue  # an array's zero entries: the new array has them already
             new_key = self.key.convert(key, where)
             if self.array and int.from_bytes(new_key[:4], "little") >= self.max_entries:
@@ -820,6 +850,7 @@ class Copy:
             new_value = converted if isinstance(value, list) else converted[0]
             self.old_keys[new_key] = key
             self.planned[new_key] = converted
+            self._converted[key] = (value, new_key, converted)
             out.append((new_key, _join(dict(info, value_size=self.value.new.size), new_value)))
         if not self.array and len(out) > self.max_entries:
             raise MigrationError("map %s: %d entries do not fit the new map's %d; map_migration: reset starts it "
@@ -834,18 +865,13 @@ class Copy:
         self.entries = self._plan(set_aside)
         self._pin_snapshot(set_aside)
         with _bpf.open_pinned_map(self.pin) as new:
-            for written, (key, value) in enumerate(self.entries):
+            for key, value in self.entries[:1]:
                 new.update(key, value)
-                if during is not None and not written:
+                if during is not None:
                     during()
-            # No program writes the new map before the swap: what it holds now is what this run wrote.
-            self.written = {key: [self._counted(raw) for raw in (value if isinstance(value, list) else [value])]
-                            for key, value in new.items()}
-
-    def planned_counts(self) -> dict[bytes, list[dict[str, int]]]:
-        """What write() put into the new map, as carry_back reads it (a recovery's copy, planned again from the
-        snapshot, never wrote)."""
-        return {key: [self._counted(raw) for raw in raws] for key, raws in self.planned.items()}
+            new.update_many(self.entries[1:])
+        # No program writes the new map before the swap: what it holds is self.planned (read when carrying back).
+        self.written, self.wrote = {}, True
 
     def _pin_snapshot(self, set_aside: str) -> None:
         """The old map's entries as the copy read them (self.snapshot), pinned beside the new map (AT_COPY) in a
@@ -858,8 +884,7 @@ class Copy:
         # Room for the keys the old map gets after the copy (add_gained enters them).
         with _bpf.Map.create(_SNAPSHOT_TYPES[percpu], "at_copy", info["key_size"], info["value_size"],
                              max(len(self.snapshot), info["max_entries"], 1)) as snapshot:
-            for key, value in self.snapshot.items():
-                snapshot.update(key, _join(info, value))
+            snapshot.update_many([(key, _join(info, value)) for key, value in self.snapshot.items()])
             snapshot.pin(path)
 
     def add_gained(self, set_aside: str, between: Callable[[], None] | None = None) -> None:
@@ -965,7 +990,7 @@ class Copy:
     def carry_back_between(self, new: _bpf.Map, old: _bpf.Map) -> int:
         """carry_back() from the new map to the old one, both open (datapath's put-back, after their pins went)."""
         back = self._back()
-        if not back or not self.written:
+        if not back or not self.wrote:
             return 0
         adds = []
         for key, now in new.items():
@@ -973,7 +998,11 @@ class Copy:
             if old_key is None:
                 continue
             nows = now if isinstance(now, list) else [now]
-            written = self.written.get(key) or [{} for _cpu in nows]
+            written = [self._counted(raw) for raw in self.planned.get(key, [])] or [{} for _cpu in nows]
+            for cpu, added in enumerate(self.written.get(key, [])):
+                if cpu < len(written):
+                    written[cpu] = {name: written[cpu].get(name, 0) + added.get(name, 0)
+                                    for name in set(written[cpu]) | set(added)}
             for cpu, (raw, was) in enumerate(zip(nows, written)):
                 fields = [back[name] + (amount,) for name, amount in (
                     (name, count - was.get(name, 0)) for name, count in self._counted(raw).items()) if amount > 0]

@@ -14,7 +14,13 @@ description:
   - Sets C(ansible_facts.ebpf_xdp_toolchain) to what the role P(ebpf.xdp.toolchain#role) would otherwise
     find out task by task, namely the distribution (from C(/etc/os-release)), the installed version of each
     package asked for (dpkg), whether bpffs is mounted, whether the kernel has the bpf() syscall and BTF, the
-    kernel release, and the user and effective capabilities of the module's process.
+    kernel release, whether the kernel takes live-frames test runs, and the user and effective capabilities of
+    the module's process.
+  - Live frames (C(BPF_PROG_TEST_RUN) with C(BPF_F_TEST_XDP_LIVE_FRAMES), Linux 5.18) are what
+    M(ebpf.xdp.xdp_trafficgen)'s V(xdp) engine sends with. The module asks the kernel itself, with one
+    live-frames run of a two-instruction program that drops its frame (nothing is sent), because the release
+    cannot tell (a host's policy can refuse every such run, with C(EPERM)). The role P(ebpf.xdp.benchmark#role)
+    reads it to choose its generator.
   - It only reads, so it runs in check mode too. The role uses it to skip its install steps on a host that
     has everything (a no-change run then costs this one module run per host instead of about fifteen).
 author:
@@ -111,6 +117,14 @@ EXAMPLES = r"""
 - name: Say which packages are missing
   ansible.builtin.debug:
     msg: "{{ ansible_facts.ebpf_xdp_toolchain.packages | dict2items | rejectattr('value') | map(attribute='key') }}"
+
+- name: Read whether the kernel takes live-frames test runs (xdp_trafficgen's xdp engine)
+  ebpf.xdp.toolchain_facts:
+
+- name: Say why it does not
+  ansible.builtin.debug:
+    msg: "{{ ansible_facts.ebpf_xdp_toolchain.kernel.xdp_live_frames_error }}"
+  when: not ansible_facts.ebpf_xdp_toolchain.kernel.xdp_live_frames
 """
 
 RETURN = r"""
@@ -125,7 +139,8 @@ ansible_facts:
           the collection supports, else the C(ID) of C(/etc/os-release) and null; C(version_id)),
           C(packages) (name to installed version, null when not installed, or every value null without dpkg),
           C(dpkg) (whether C(dpkg-query) is there), C(bpffs) (C(path), C(mounted), C(fstype)), C(kernel)
-          (C(release), C(bpf_syscall), C(btf)), C(uid), C(capabilities) (C(effective) as a number,
+          (C(release), C(bpf_syscall), C(btf), C(xdp_live_frames) whether the kernel took a live-frames test run
+          and C(xdp_live_frames_error) why not, null when it did), C(uid), C(capabilities) (C(effective) as a number,
           C(net_admin), C(bpf), C(sys_admin)) and C(files) (path to SHA-1 or null); with O(require), C(ready)
           and C(unready) (what the host lacks, in words; empty when ready).
       returned: always
@@ -135,7 +150,8 @@ ansible_facts:
         packages: {clang: "1:14.0-55.7~deb12u1", llvm: null}
         dpkg: true
         bpffs: {path: /sys/fs/bpf, mounted: true, fstype: bpf}
-        kernel: {release: 6.1.0-28-amd64, bpf_syscall: true, btf: true}
+        kernel: {release: 6.1.0-28-amd64, bpf_syscall: true, btf: true, xdp_live_frames: true,
+                 xdp_live_frames_error: null}
         uid: 0
         capabilities: {effective: 2199023255551, net_admin: true, bpf: true, sys_admin: true}
         files: {/etc/systemd/system/ebpf-xdp-bpffs.service: null}
@@ -150,7 +166,7 @@ from ansible_collections.ebpf.xdp.plugins.module_utils.host import toolchain as 
 
 def main():
     module = AnsibleModule(argument_spec=_toolchain.ARGS, supports_check_mode=True)
-    facts = _toolchain.read(module.run_command, module.get_bin_path, **module.params)
+    facts = _toolchain.read(module.run_command, module.get_bin_path, with_live_frames=True, **module.params)
     module.exit_json(changed=False, ansible_facts={"ebpf_xdp_toolchain": facts})
 
 

@@ -19,6 +19,8 @@ import os
 import re
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.host.privileges import CAPABILITIES, effective_capabilities
+# Standard library at import too (libbpf is loaded only when a live-frames run is tried).
+from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import trafficgen as _trafficgen
 
 # /etc/os-release ID (or an ID_LIKE) -> what ansible.builtin.setup calls the distribution and its family.
 DISTRIBUTIONS = {"debian": "Debian", "ubuntu": "Ubuntu"}
@@ -88,9 +90,21 @@ def asked_packages(packages, require) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def read(run_command, find_program, packages=(), bpffs_path="/sys/fs/bpf", files=(), require=None) -> dict:
+def live_frames() -> dict:
+    """Whether the kernel takes the live-frames test runs (BPF_F_TEST_XDP_LIVE_FRAMES) that xdp_trafficgen's
+    xdp engine sends with, and why not: the kernel's own answer to one such run of a drop program (the release
+    cannot tell: a 6.18 host was seen refusing them all). Without libbpf nothing is asked, and that is the
+    reason."""
+    error = _trafficgen.libbpf_error()
+    error = "not asked, libbpf cannot be used: %s" % error if error else _trafficgen.live_frames_error()
+    return {"xdp_live_frames": error is None, "xdp_live_frames_error": error}
+
+
+def read(run_command, find_program, packages=(), bpffs_path="/sys/fs/bpf", files=(), require=None,
+         with_live_frames=False) -> dict:
     """The host's toolchain facts (toolchain_facts' ansible_facts.ebpf_xdp_toolchain); with `require`, also
-    `ready` and `unready` (see unready)."""
+    `ready` and `unready` (see unready); with `with_live_frames`, the kernel's answer to a live-frames run
+    (live_frames: a program loaded, which datapath's own check does not need)."""
     found, dpkg = installed(run_command, find_program, asked_packages(packages, require))
     caps = effective_capabilities() or 0
     facts = {
@@ -107,6 +121,8 @@ def read(run_command, find_program, packages=(), bpffs_path="/sys/fs/bpf", files
                          "sys_admin": bool(caps >> CAPABILITIES["CAP_SYS_ADMIN"] & 1)},
         "files": {path: sha1(path) for path in files},
     }
+    if with_live_frames:
+        facts["kernel"].update(live_frames())
     if require is not None:
         facts["unready"] = unready(facts, require)
         facts["ready"] = not facts["unready"]

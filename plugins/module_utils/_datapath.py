@@ -268,6 +268,8 @@ class Run:
         # The step's migrated maps' ways to carry what the new programs counted back to the old maps
         # (hold_carry_back); None outside a step.
         self.carriers_held: list | None = None
+        # Check mode: sources this run would write first (ship), so that objects are not judged by the old ones.
+        self.sources_pending = False
         self.netns_of_step: str | None = None
 
     def converge(self, section: str, params: dict, before_change: Callable[[], None] | None = None) -> dict:
@@ -303,6 +305,7 @@ class Run:
             return
         self.changes.append({"entry": "sources in %s" % sources.directory, "section": "sources", "state": "present",
                              "diff": {"before": {}, "after": {"files": names}}})
+        self.sources_pending = self.check_mode  # the objects compiled from them would change (see converge_object)
         if not self.check_mode:
             self.journal.did(self.journal.hold(sources).put_back, "sources in %s" % sources.directory)
             try:

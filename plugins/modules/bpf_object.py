@@ -72,7 +72,9 @@ attributes:
   check_mode:
     support: full
     details:
-      - Check mode reports whether a compile or a copy would happen and compiles nothing.
+      - Check mode reports whether O(dest) would change. Where the cache has no entry, it compiles into a temporary
+        directory it removes, since a new compile often gives the bytes O(dest) holds already (the run then reports
+        no change); it installs and caches nothing.
   diff_mode:
     support: full
   idempotent:

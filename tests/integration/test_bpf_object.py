@@ -36,7 +36,8 @@ def test_compile_rhythm_and_cache(run, tmp_path):
     args = dict(src=os.path.join(BPF_DIR, "xdp_drop_count.bpf.c"), dest=str(tmp_path / "out.o"),
                 cache_dir=str(tmp_path / "cache"), clang=clang)
     first, second = assert_rhythm(run, "bpf_object", args)
-    assert runs(log) == 1, "only the first real run compiles"
+    # The first check mode compiles aside (a cold cache), the first run into the cache; nothing after.
+    assert runs(log) == 2, "only the first check mode and the first real run compile"
     assert first["cache_hit"] is False and second["cache_hit"] is True
     assert first["sha256"] == second["sha256"]
     assert first["programs"] == [{"name": "xdp_drop_count", "section": "xdp", "type": "xdp"}]
@@ -45,7 +46,7 @@ def test_compile_rhythm_and_cache(run, tmp_path):
     # A lost dest is restored from the cache without compiling.
     os.unlink(args["dest"])
     again = run("bpf_object", args)
-    assert again["changed"] and again["cache_hit"] and runs(log) == 1
+    assert again["changed"] and again["cache_hit"] and runs(log) == 2
     assert os.path.exists(args["dest"])
 
 
@@ -91,6 +92,46 @@ def test_a_recompile_with_identical_output_leaves_dest_unchanged(run_distro, tmp
     args = dict(src=os.path.join(BPF_DIR, "xdp_drop_count.bpf.c"), dest=str(tmp_path / "out.o"),
                 cache_dir=str(tmp_path / "cache-a"))
     assert run_distro("bpf_object", args)["changed"]
-    # A cold cache recompiles, but the object comes out the same: no change to report.
-    fresh = run_distro("bpf_object", dict(args, cache_dir=str(tmp_path / "cache-b")))
+    # A cold cache recompiles, but the object comes out the same: no change to report, and check mode says so
+    # first (it said "changed" on every cache miss: a rollout's probe predicted a change its converge did not make).
+    cold = dict(args, cache_dir=str(tmp_path / "cache-b"))
+    predicted = run_distro("bpf_object", cold, check=True)
+    assert predicted["changed"] is False and predicted["sha256"] == fresh_sha(args), predicted
+    assert not os.path.exists(cold["cache_dir"]) or not os.listdir(cold["cache_dir"]), "check mode cached nothing"
+    fresh = run_distro("bpf_object", cold)
     assert fresh["cache_hit"] is False and fresh["changed"] is False, fresh
+    # A dest that differs: check mode and the run both say changed.
+    with open(args["dest"], "ab") as handle:
+        handle.write(b"\0")
+    assert run_distro("bpf_object", cold, check=True)["changed"] is True
+    assert run_distro("bpf_object", cold)["changed"] is True
+    assert run_distro("bpf_object", cold)["changed"] is False
+
+
+def fresh_sha(args):
+    import hashlib  # pylint: disable=import-outside-toplevel
+    with open(args["dest"], "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+def test_datapath_check_mode_judges_objects_by_the_sources_it_would_ship(run_distro, tmp_path):
+    """datapath ships a source and compiles it; then the source changes in the task. Check mode does not write it,
+    so the source on the host says nothing of the object the run will compile: it predicts the object changes,
+    as the run then does (it judged the object by the old source's cached compile, and predicted no change)."""
+    src_dir, dest = tmp_path / "src", str(tmp_path / "out.o")
+    (tmp_path / "cache").mkdir(mode=0o700)
+
+    def task(answer):
+        return {"sources": {"dir": str(src_dir), "files": {"answer.bpf.c": XDP_SOURCE.replace(
+                    '#include "answer.h"', "#define ANSWER %s" % answer)}},
+                "config": {"objects": [{"src": str(src_dir / "answer.bpf.c"), "dest": dest,
+                                        "cache_dir": str(tmp_path / "cache")}]}}
+
+    first = run_distro("datapath", task("XDP_PASS"))
+    assert first["changed"] and not first.get("failed"), first
+    assert run_distro("datapath", task("XDP_PASS"), check=True)["changed"] is False
+    predicted = run_distro("datapath", task("XDP_DROP"), check=True)
+    converged = run_distro("datapath", task("XDP_DROP"))
+    assert [c["section"] for c in predicted["changes"]] == [c["section"] for c in converged["changes"]] == [
+        "sources", "objects"], (predicted, converged)
+    assert run_distro("datapath", task("XDP_DROP"), check=True)["changed"] is False

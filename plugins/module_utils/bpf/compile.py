@@ -270,10 +270,23 @@ OBJECT_ARGS = dict(
 )
 
 
-def converge_object(params: dict, check_mode: bool, run_command, find_clang) -> tuple[dict, list[str]]:
+def compile_aside(run_command, argv_for) -> str:
+    """The SHA-256 of what argv_for(out) compiles, in a temporary directory removed after (check mode)."""
+    with tempfile.TemporaryDirectory(prefix="ebpf_xdp_check-") as tmp:
+        out = os.path.join(tmp, "out.o")
+        rc, stdout, err = run_command(argv_for(out))
+        if rc != 0:
+            raise CompileError("clang failed to compile (exit %d)" % rc, err or stdout)
+        return sha256_file(out)
+
+
+def converge_object(params: dict, check_mode: bool, run_command, find_clang,
+                    sources_pending: bool = False) -> tuple[dict, list[str]]:
     """bpf_object's work: compile params["src"] through the content cache and install it at dest when its bytes
-    differ. run_command(argv) -> (rc, out, err); find_clang(name) -> path or None. Returns the result (with
-    `diff`) and the warnings; raises CompileError, a _bpf.BpfError or OSError."""
+    differ. run_command(argv) -> (rc, out, err); find_clang(name) -> path or None. sources_pending: check mode
+    of a run that would first write sources which differ on the host (datapath's), so that what is there now
+    says nothing of what would be compiled. Returns the result (with `diff`) and the warnings; raises
+    CompileError, a _bpf.BpfError or OSError."""
     p = params
     if not os.path.isfile(p["src"]):
         if check_mode:
@@ -299,11 +312,21 @@ def converge_object(params: dict, check_mode: bool, run_command, find_clang) -> 
     before_sha = sha256_file(dest) if dest and os.path.isfile(dest) else None
     cache_hit = entry is not None
     warnings = []
+    if check_mode and sources_pending:
+        return (dict(changed=True, cache_hit=cache_hit, path=dest or cache.paths(key)[0],
+                     cmd=argv_for(dest or cache.paths(key)[0]),
+                     diff=dict(before={"sha256": before_sha}, after={"sha256": "(compiled from the sources shipped)"})),
+                warnings)
     if not cache_hit:
         if check_mode:
-            return (dict(changed=True, cache_hit=False, path=dest or cache.paths(key)[0],
-                         cmd=argv_for(dest or cache.paths(key)[0]),
-                         diff=dict(before={"sha256": before_sha}, after={"sha256": "(compiled)"})), warnings)
+            # The run would compile; whether dest changes depends on the bytes (a cold cache often compiles what
+            # dest holds already): compiled aside, in a directory removed after, so that check mode says what the
+            # run will. Nothing is cached or installed.
+            sha = compile_aside(run_command, argv_for)
+            return (dict(changed=before_sha != sha if dest else True, cache_hit=False,
+                         path=dest or cache.paths(key)[0], cmd=argv_for(dest or cache.paths(key)[0]), sha256=sha,
+                         checksum="sha256:" + sha, diff=dict(before={"sha256": before_sha}, after={"sha256": sha})),
+                    warnings)
         try:
             entry = cache.build(key, run_command, argv_for, p["src"], include_dirs)
         except (CompileError, OSError) as exc:

@@ -24,7 +24,9 @@ class Objects(Section):
     removable = False
 
     def converge(self, params: dict, check_mode: bool, run, before_change=None) -> tuple[dict, list[str]]:
-        return _compile.converge_object(params, check_mode, run.run_command, run.find_clang)
+        # Check mode after sources that would be written: the ones on the host say nothing of the object.
+        return _compile.converge_object(params, check_mode, run.run_command, run.find_clang,
+                                        getattr(run, "sources_pending", False))
 
     def key(self, params: dict) -> tuple:
         return (params["dest"] or params["src"],)

@@ -28,7 +28,11 @@ if [[ ! -d $bootstrap_pip/pip ]]; then
 	mkdir -p "$bootstrap_pip"
 	cp -r "$("$venv/bin/python" -c 'import os, pip; print(os.path.dirname(pip.__file__))')" "$bootstrap_pip/"
 fi
-get_pip=$HOME/.ansible/test/cache/get_pip_${pip_version//./_}.py
+# ansible-test keeps its test venvs and caches under ~/.ansible/test: a home of the checkout's own, so that two
+# checkouts' runs at once do not replace each other's venvs (CI's pep8 venv vanished under it so) and make test
+# leaves nothing in the user's home.
+sanity_home=$PWD/.build/sanity-home
+get_pip=$sanity_home/.ansible/test/cache/get_pip_${pip_version//./_}.py
 mkdir -p "$(dirname "$get_pip")"
 cat >"$get_pip" <<PY
 # Written by ebpf.xdp scripts/sanity.sh in place of get-pip.py.
@@ -45,4 +49,4 @@ mkdir -p "$dest"
 git ls-files -z --cached --others --exclude-standard | xargs -0 cp --parents -t "$dest"
 cd "$dest"
 git init -q && git add -A
-PATH=$venv/bin:$PATH ansible-test sanity --requirements --python 3.11 --color no "$@"
+HOME=$sanity_home PATH=$venv/bin:$PATH ansible-test sanity --requirements --python 3.11 --color no "$@"

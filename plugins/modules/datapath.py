@@ -317,7 +317,7 @@ put_back:
     - An entry whose migrating upgrade moved its map set's other attachments lists each of them too, as the
       entry's map set followed by the attachment, put back before the entry with the set's maps.
     - An entry whose upgrade migrated a map with counters lists the map last, as the entry's map with what the new
-      programs counted: once every old program is back on its hook, what they counted in the new map between the
+      programs counted. Once every old program is back on its hook, what they counted in the new map between the
       entry and the failure is added to the old map (field by field, with the kernel's atomic adds), so no frame
       is lost or counted twice.
   returned: on failure after a change

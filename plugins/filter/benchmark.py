@@ -34,6 +34,11 @@ GRO_ON = "ethtool -K %s gro on"
 GRO_OFF = "ethtool -K %s gro off"
 # The line of the role's snapshot (tasks/snapshot.yml) for the table iptables' raw rules live in.
 IPTABLES_RAW_TABLE = "nftables table ip raw"
+# benchmark_generator: what sends the drop, forward and multicast families' frames.
+GENERATORS = ("auto", "xdp_trafficgen", "trafgen")
+# A generator engine as the report names it (the generators family's cases are named so).
+ENGINE_NAMES = {"xdp": "xdp_trafficgen, xdp", "socket": "xdp_trafficgen, socket", "pktgen": "pktgen",
+                "trafgen": "trafgen (netsniff-ng)"}
 
 
 def _obj(params, name):
@@ -97,11 +102,41 @@ def _shell(where, lines):
     return dict(where, lines=[prefix + line for line in lines])
 
 
-def _generator(params, family, dst_mac, dst_ip=None, engine="xdp"):
+def _traffic_engine(params, host):
+    """(engine, why) of the drop, forward and multicast families on the sender host: benchmark_generator's, or
+    with auto, xdp_trafficgen's live frames where the sender's kernel takes them and trafgen where it refuses
+    them (one kernel answer per host, params' sender_kernels: toolchain_facts' kernel facts)."""
+    chosen = params.get("generator") or "auto"
+    if chosen not in GENERATORS:
+        raise AnsibleFilterError("benchmark: benchmark_generator must be one of %s, not %r"
+                                 % (", ".join(GENERATORS), chosen))
+    if chosen == "xdp_trafficgen":
+        return "xdp", "benchmark_generator: xdp_trafficgen"
+    if chosen == "trafgen":
+        return "trafgen", "benchmark_generator: trafgen"
+    kernel = (params.get("sender_kernels") or {}).get(host)
+    if not kernel or "xdp_live_frames" not in kernel:
+        raise AnsibleFilterError("benchmark: benchmark_generator auto needs to know whether the kernel of the sender "
+                                 "%s takes live-frames test runs (ebpf.xdp.toolchain_facts' kernel.xdp_live_frames); "
+                                 "it was not read: %s" % (host, kernel))
+    if kernel["xdp_live_frames"]:
+        return "xdp", "auto: on %s, the kernel takes live-frames test runs" % host
+    return "trafgen", "auto: on %s, %s" % (host, kernel.get("xdp_live_frames_error")
+                                           or "the kernel refuses live-frames test runs (no reason given)")
+
+
+def _generator(params, family, dst_mac, dst_ip=None, engine=None):
+    """The generator of a case: engine, or (engine None) the traffic families' (_traffic_engine); name and why
+    say in the report what sent the case's frames and why that one."""
     p = params[family]
     sender = _at(params, family, "sender")
+    if engine is None:
+        engine, why = _traffic_engine(params, sender["host"])
+    else:
+        why = "the generators family measures each generator"
     return dict(sender, interface=p["sender_interface"], src_ip=p["src_ip"], dst_ip=dst_ip or p["dst_ip"],
-                dst_mac=dst_mac, src_mac=_mac(params, sender, p["sender_interface"]), engine=engine)
+                dst_mac=dst_mac, src_mac=_mac(params, sender, p["sender_interface"]), engine=engine,
+                name=ENGINE_NAMES[engine], why=why)
 
 
 def _case(family, name, baseline, **fields):
@@ -231,12 +266,14 @@ def _multicast_cases(params):
 
 def _generator_cases(params):
     rx, port = _at(params, "drop", "receiver"), params["drop"]["receiver_interface"]
-    base = "xdp_trafficgen, xdp"
-    return [_case("generators", name, base, generator=_generator(params, "drop", _mac(params, rx, port), engine=engine),
+    # Where the kernel refuses live frames, the baseline's xdp engine fails with the kernel's reason (the case
+    # is reported, and the ratios with it): it stays the baseline, the figure the others are read against.
+    base = ENGINE_NAMES["xdp"]
+    return [_case("generators", ENGINE_NAMES[engine], base,
+                  generator=_generator(params, "drop", _mac(params, rx, port), engine=engine),
                   datapath=[_datapath(rx, xdp=[_counter(params, port)])],
                   count=dict(rx, how="xdp", interfaces=[port]))
-            for engine, name in (("xdp", base), ("socket", "xdp_trafficgen, socket"), ("pktgen", "pktgen"),
-                                 ("trafgen", "trafgen (netsniff-ng)"))]
+            for engine in ("xdp", "socket", "pktgen", "trafgen")]
 
 
 TRAFFIC = {"drop": _drop_cases, "forward": _forward_cases, "multicast": _multicast_cases,
@@ -319,10 +356,23 @@ def benchmark_record(case, rnd, before, after, sent):
                   delivered=delivered, sent=offered, seconds=seconds, offered_pps=offered / seconds,
                   per_port={ifname: grown[ifname] / seconds for ifname in counted},
                   host=dict(generator=place_key(case["generator"]), receiver=place_key(case["count"])),
-                  cpus=dict(generator=sent.get("cpus") or []))
+                  cpus=dict(generator=sent.get("cpus") or []), generator=benchmark_generator_said(case))
     if case["family"] == "multicast":
         record["non_member_frames"] = sum(grown.get(ifname, 0) for ifname in case["non_members"])
     return record
+
+
+def benchmark_generator_said(case):
+    """What the report says of a case's generator: its name and why it sent the case (also for a case that
+    could not run)."""
+    return dict(name=case["generator"]["name"], why=case["generator"]["why"])
+
+
+def benchmark_senders(params):
+    """The hosts that send the drop, forward and multicast families' frames (whose kernels benchmark_generator
+    auto asks about live frames), each once, in the order of the chosen families."""
+    hosts = [params[family]["sender"] for family in params["families"] if family in ("drop", "forward", "multicast")]
+    return list(dict.fromkeys(hosts))
 
 
 def benchmark_places(params):
@@ -514,4 +564,5 @@ class FilterModule:
                 "benchmark_cost_records": benchmark_cost_records,
                 "benchmark_control_records": benchmark_control_records,
                 "benchmark_machine": benchmark_machine, "benchmark_scrape_plan": benchmark_scrape_plan, "benchmark_scrape_records": benchmark_scrape_records,
-                "benchmark_trafgen_result": benchmark_trafgen_result}
+                "benchmark_trafgen_result": benchmark_trafgen_result,
+                "benchmark_generator_said": benchmark_generator_said, "benchmark_senders": benchmark_senders}

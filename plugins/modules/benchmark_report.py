@@ -130,6 +130,19 @@ options:
       host:
         description: "The inventory host of each role, for example C({generator: sender, datapath: router})."
         type: dict
+      generator:
+        description:
+          - What sent the case's frames and why that generator, shown under the family's table (one line where
+            one generator sent every case of the family).
+        type: dict
+        suboptions:
+          name:
+            description: The generator, for example C(trafgen (netsniff-ng)) or C(xdp_trafficgen, xdp).
+            type: str
+            required: true
+          why:
+            description: "Why it sent the case, for example C(auto: the kernel of sender refuses live-frames test runs)."
+            type: str
       notes:
         description: A remark shown in the case's row.
         type: str
@@ -302,6 +315,9 @@ summary:
     host:
       description: The host per role, as given.
       type: dict
+    generator:
+      description: What sent the case's frames and why (C(name), C(why)), as given, or null.
+      type: dict
     notes:
       description: The rounds' notes, each once, or null.
       type: str
@@ -316,7 +332,7 @@ summary:
        baseline: iptables raw drop, is_baseline: true, rounds: 3, failed_rounds: [], median: 4800000.0,
        min: 4700000.0, max: 4900000.0, spread: 0.0417, ratio: 1.0, offered_pps: 7800000.0, sent: null,
        delivered: null, per_port: null, non_member_frames: null, cpus: {generator: [0], datapath: [1]},
-       host: null, notes: null, error: null, published: null}
+       host: null, generator: null, notes: null, error: null, published: null}
 """
 
 from ansible.module_utils.basic import missing_required_lib
@@ -341,6 +357,7 @@ RECORD_OPTIONS = dict(
     non_member_frames=dict(type="int"),
     cpus=dict(type="dict"),
     host=dict(type="dict"),
+    generator=dict(type="dict", options=dict(name=dict(type="str", required=True), why=dict(type="str"))),
     notes=dict(type="str"),
     error=dict(type="str"),
 )

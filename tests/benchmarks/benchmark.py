@@ -8,11 +8,17 @@ netfilter_drop, program_cost, benchmark_report); this script brings the lab
 up, runs the playbook with every case, and reads the report it wrote under
 .build/benchmark-results/<start time>/.
 
-A case fails where this kernel lacks what it needs (act_bpf, tcx, pktgen),
-as the playbook promises: the script reads the kernel feature table of the
+A case fails where this kernel lacks what it needs (act_bpf, tcx, pktgen,
+live frames for the generators family's xdp_trafficgen xdp case), as the
+playbook promises: the script reads the kernel feature table of the
 integration tests (probes independent of the collection) and requires that
-exactly those cases failed, each naming its feature, and that every other
-case ran. --smoke runs, once for a fraction of a second, one case of each
+exactly those cases failed, each with the collection's refusal words for its
+feature (or its name), and that every other case ran. The drop, forward and
+multicast families send with benchmark_generator auto: the report must say,
+for every record and under each family's table, that xdp_trafficgen's live
+frames sent them where this kernel takes live-frames runs, trafgen where it
+refuses them. No case may count more frames than were offered (times the
+members of a multicast case). --smoke runs, once for a fraction of a second, one case of each
 traffic family with its baseline (SMOKE_CASES), every case whose kernel
 feature is missing here (its clear refusal is what the smoke then checks),
 and the cost and control families, and checks the report: its files,
@@ -26,6 +32,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -39,7 +46,7 @@ RESULTS = os.path.join(ROOT, ".build", "benchmark-results")
 # Cases that need a kernel feature (the word their refusal must name): (feature, family, case).
 NEEDS = [("tcx", "drop", "tc drop, tcx"), ("tcx", "forward", "tc redirect, tcx"),
          ("tcx", "forward", "tc clone_redirect, tcx"), ("act_bpf", "forward", "tc redirect, act_bpf"),
-         ("pktgen", "generators", "pktgen")]
+         ("pktgen", "generators", "pktgen"), ("xdp_live_frames", "generators", "xdp_trafficgen, xdp")]
 FAMILIES = ("drop", "forward", "multicast", "generators", "cost", "control")
 # Every traffic case by family (as the report names them), and the smoke's: one case and its baseline each.
 TRAFFIC_CASES = {
@@ -52,6 +59,8 @@ TRAFFIC_CASES = {
         "Linux bridge 1 -> %d" % fanout for fanout in (1, 3, 9)],
     "generators": ["xdp_trafficgen, xdp", "xdp_trafficgen, socket", "pktgen", "trafgen (netsniff-ng)"],
 }
+# report.md's section titles of the families whose cases benchmark_generator sends.
+TITLES = {"drop": "Drop", "forward": "Forward and redirect", "multicast": "Multicast"}
 SMOKE_CASES = {"XDP drop, xdp_drop_count, native", "iptables raw drop", "XDP redirect, native", "Linux bridge",
                "broadcast 1 -> 3, native", "Linux bridge 1 -> 3", "xdp_trafficgen, socket", "xdp_trafficgen, xdp"}
 
@@ -60,6 +69,24 @@ def expected_failures(families):
     """case -> the feature it lacks on this kernel, for the chosen families."""
     table = kernel_features.features()
     return {case: feature for feature, family, case in NEEDS if family in families and not table[feature]}
+
+
+def refusal_words(feature):
+    """What a case's error must say where this kernel lacks the feature: the collection's words for the refusal
+    (the integration tests' table), or the feature's name where the table has none."""
+    return kernel_features.REFUSED_WITH.get(feature) or (feature,)
+
+
+def expected_generator():
+    """The generator (as the report names it) of the drop, forward and multicast cases with benchmark_generator
+    auto, on this machine's lab (every sender a namespace of this kernel)."""
+    return "xdp_trafficgen, xdp" if kernel_features.features()["xdp_live_frames"] else "trafgen (netsniff-ng)"
+
+
+def record_fanout(record):
+    """How many copies of each frame the case delivers: the members a multicast case sends to, else one."""
+    found = re.search(r"1 -> (\d+)", record["case"]) if record["family"] == "multicast" else None
+    return int(found.group(1)) if found else 1
 
 
 def smoke_exclude(families):
@@ -96,16 +123,34 @@ def check(report_dir, families, proc, smoke, excluded=()):
     for name in ["report.md"] + ["%s.png" % family for family in families]:
         if not os.path.getsize(os.path.join(report_dir, name)):
             problems.append("%s is empty" % name)
+    with open(os.path.join(report_dir, "report.md")) as f:
+        sections = {part.partition("\n")[0]: part for part in f.read().split("\n## ")}
+    # Each traffic family's section names the generator that sent all its cases, and why.
+    named = "Generator: **%s** (auto: on " % expected_generator()
+    problems += ["report.md does not say, under %s, %r" % (TITLES[family], named) for family in families
+                 if family in TITLES and named not in sections.get(TITLES[family], "")]
     if report["machine"].get("left_behind") not in ("nothing", [], None):
         problems.append("left behind: %s" % report["machine"]["left_behind"])
     expected = expected_failures(families)
+    generator = expected_generator()
     failed = {}
     for record in report["results"]:
+        said = record.get("generator") or {}
+        if record["family"] in ("drop", "forward", "multicast") and (
+                said.get("name") != generator or not said.get("why")):
+            problems.append("%s round %d: sent by %s, not by %s (benchmark_generator auto on this kernel)"
+                            % (record["case"], record["round"], said or "no generator named", generator))
         if record.get("error"):
             failed[record["case"]] = record["error"]
             continue
         if record["metric"] == "delivered_pps" and not record.get("delivered"):
             problems.append("%s round %d delivered nothing" % (record["case"], record["round"]))
+        # More than was offered (to each member) is someone else's traffic counted. A few frames of slack: the
+        # interface statistics count the kernel's own (IPv6 neighbour discovery).
+        if record["metric"] == "delivered_pps" and record.get("delivered", 0) > (
+                record.get("sent", 0) * record_fanout(record) + 100):
+            problems.append("%s round %d: %d frames delivered of %d offered" % (
+                record["case"], record["round"], record["delivered"], record.get("sent", 0)))
         if record["family"] == "multicast" and record.get("non_member_frames"):
             problems.append("%s: %d frames reached non-members" % (record["case"], record["non_member_frames"]))
         if not record.get("value", 0) > 0:
@@ -113,8 +158,9 @@ def check(report_dir, families, proc, smoke, excluded=()):
     for case, error in failed.items():
         if case not in expected:
             problems.append("%s could not run: %s" % (case, error))
-        elif expected[case] not in error:
-            problems.append("%s failed without naming %s: %s" % (case, expected[case], error))
+        elif not any(words in error for words in refusal_words(expected[case])):
+            problems.append("%s failed without saying %s: %s"
+                            % (case, " or ".join(map(repr, refusal_words(expected[case]))), error))
     for case in set(expected) - set(failed):
         problems.append("%s ran, but this kernel lacks %s" % (case, expected[case]))
     ran = {record["family"] for record in report["results"]}

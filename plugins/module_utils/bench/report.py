@@ -146,6 +146,7 @@ def _entry(family: str, case: str, rounds: list[dict]) -> dict:
         if any("non_member_frames" in r for r in measured) else None,
         cpus=next((r["cpus"] for r in rounds if "cpus" in r), None),
         host=next((r["host"] for r in rounds if "host" in r), None),
+        generator=next((r["generator"] for r in rounds if "generator" in r), None),
         notes="; ".join(dict.fromkeys(r["notes"] for r in rounds if "notes" in r)) or None,
         error="; ".join(dict.fromkeys(r["error"] for r in failed)) or None)
 
@@ -294,6 +295,29 @@ def _ratio_sentence(entries: list[dict]) -> str:
             % (", ".join("**%s**" % _cell(b) for b in baselines), "; ".join(_better(*d) for d in directions)))
 
 
+def _generator_lines(entries: list[dict]) -> list[str]:
+    """Which generator sent the family's cases, and why that one: one sentence where one sent every case, else
+    one line per generator naming its cases. A delivered rate is bounded by what its generator could offer."""
+    sent_by: dict[tuple, list] = {}
+    # A family whose cases are named by their generators (generators) says no more in these lines.
+    if all(not e.get("generator") or e["generator"]["name"] == e["case"] for e in entries):
+        return []
+    for entry in entries:
+        if entry.get("generator"):
+            said = entry["generator"]
+            sent_by.setdefault((said["name"], said.get("why")), []).append(entry["case"])
+    if not sent_by:
+        return []
+    if len(sent_by) == 1 and len(next(iter(sent_by.values()))) == len(entries):
+        name, why = next(iter(sent_by))
+        return ["", "Generator: **%s**%s." % (_cell(name), " (%s)" % _cell(why) if why else "")]
+    lines = ["", "Generators:", ""]
+    for (name, why), cases in sent_by.items():
+        lines.append("- **%s**%s: %s" % (_cell(name), " (%s)" % _cell(why) if why else "",
+                                         ", ".join(_cell(c) for c in cases)))
+    return lines
+
+
 def family_markdown(family: str, entries: list[dict], plot: str | None) -> list[str]:
     by_name = {e["case"]: e for e in entries}
     lines = ["## %s" % FAMILY_TITLES[family], "", _ratio_sentence(entries), ""]
@@ -313,6 +337,7 @@ def family_markdown(family: str, entries: list[dict], plot: str | None) -> list[
                                                for port, pps in (e["per_port"] or {}).items()) or "—",
                           "—" if e["non_member_frames"] is None else e["non_member_frames"]] for e in ported],
                         right=(2,))
+    lines += _generator_lines(entries)
     failed = [e for e in entries if e["error"]]
     if failed:
         lines += ["", "Failed:", ""]

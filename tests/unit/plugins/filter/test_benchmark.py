@@ -10,11 +10,11 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.ebpf.xdp.plugins.filter.benchmark import (
-    GROUP_IP, GROUP_MAC, FilterModule, benchmark_control_records, benchmark_cost_records, benchmark_hosts,
+    ENGINE_NAMES, GENERATORS, GROUP_IP, GROUP_MAC, FilterModule, benchmark_control_records, benchmark_cost_records, benchmark_hosts,
     benchmark_machine,
     benchmark_left_behind, benchmark_matrix, benchmark_objects, benchmark_place_facts, benchmark_places,
-    benchmark_record, benchmark_schedule, benchmark_scrape_plan, benchmark_scrape_records, benchmark_snapshot,
-    benchmark_trafgen_result)
+    benchmark_record, benchmark_schedule, benchmark_scrape_plan, benchmark_scrape_records, benchmark_senders,
+    benchmark_snapshot, benchmark_trafgen_result)
 
 ROLE = pathlib.Path(__file__).resolve().parents[4] / "roles" / "benchmark"
 OBJECTS, PIN_ROOT = "/var/lib/ebpf_xdp/benchmark", "/sys/fs/bpf/ebpf_xdp"
@@ -62,11 +62,22 @@ def facts_results(places):
     return results
 
 
-def with_facts(params):
-    """params combined with the MACs and namespace keys read, as the role's 'Plan the runs' task does."""
+TAKES = {"release": "6.1.0-28-amd64", "bpf_syscall": True, "btf": True, "xdp_live_frames": True,
+         "xdp_live_frames_error": None}
+REFUSES = dict(TAKES, release="6.18.44", xdp_live_frames=False,
+               xdp_live_frames_error="this kernel refuses live-frames test runs (BPF_F_TEST_XDP_LIVE_FRAMES): "
+                                     "test-run program ebpf_xdp_live: Operation not permitted (errno 1 EPERM)")
+
+
+def with_facts(params, generator="auto", kernels=None):
+    """params combined with the MACs and namespace keys read, the generator chosen and the senders' kernel facts
+    (toolchain_facts' kernel, by default every sender's takes live frames), as the role's 'Plan the runs' task
+    does."""
     results = facts_results(benchmark_places(params))
-    return dict(params, macs=benchmark_place_facts(results, "mac"),
-                netns_keys=benchmark_place_facts(results, "netns"))
+    if kernels is None:
+        kernels = dict.fromkeys(benchmark_senders(params), TAKES)
+    return dict(params, macs=benchmark_place_facts(results, "mac"), netns_keys=benchmark_place_facts(results, "netns"),
+                generator=generator, sender_kernels=kernels)
 
 
 def by_name(cases):
@@ -108,6 +119,91 @@ def test_each_family_has_its_cases_and_baseline(matrix):
         "xdp", "socket", "pktgen", "trafgen"]
 
 
+TRAFFIC = ("drop", "forward", "multicast")
+
+
+def engines(cases):
+    """family -> the (engine, name, why) of its cases' generators, each once."""
+    found = {}
+    for case in cases:
+        gen = case["generator"]
+        found.setdefault(case["family"], set()).add((gen["engine"], gen["name"], gen["why"]))
+    return {family: sorted(said) for family, said in found.items()}
+
+
+OWN = "the generators family measures each generator"
+GENERATORS_OWN = [("pktgen", "pktgen", OWN), ("socket", "xdp_trafficgen, socket", OWN),
+                  ("trafgen", "trafgen (netsniff-ng)", OWN), ("xdp", "xdp_trafficgen, xdp", OWN)]
+
+
+def test_auto_sends_with_live_frames_where_the_sender_s_kernel_takes_them(matrix):
+    taken = ("xdp", "xdp_trafficgen, xdp", "auto: on sender, the kernel takes live-frames test runs")
+    assert engines(matrix) == dict(dict.fromkeys(TRAFFIC, [taken]), generators=GENERATORS_OWN)
+
+
+def test_auto_sends_with_trafgen_where_the_sender_s_kernel_refuses_live_frames():
+    cases = benchmark_matrix(with_facts(lab_params(), kernels={"sender": REFUSES}))
+    why = ("auto: on sender, this kernel refuses live-frames test runs (BPF_F_TEST_XDP_LIVE_FRAMES): test-run "
+           "program ebpf_xdp_live: Operation not permitted (errno 1 EPERM)")
+    # The generators family still measures every generator: its xdp case is the kernel's refusal to report.
+    assert engines(cases) == dict(dict.fromkeys(TRAFFIC, [("trafgen", "trafgen (netsniff-ng)", why)]),
+                                  generators=GENERATORS_OWN)
+    # trafgen builds its frames from these: every traffic case has them.
+    for case in cases:
+        assert case["generator"]["src_mac"] and case["generator"]["dst_mac"] and case["generator"]["src_ip"]
+
+
+def test_auto_asks_each_family_s_own_sender():
+    params = lab_params(["drop", "forward", "multicast"], forward=dict(sender="vm", sender_netns="sender"))
+    assert benchmark_senders(params) == ["sender", "vm"]
+    cases = benchmark_matrix(with_facts(params, kernels={"sender": TAKES, "vm": REFUSES}))
+    assert {c["family"]: c["generator"]["engine"] for c in cases} == dict(drop="xdp", forward="trafgen",
+                                                                           multicast="xdp")
+    assert {c["generator"]["why"] for c in cases if c["family"] == "forward"} == {
+        "auto: on vm, %s" % REFUSES["xdp_live_frames_error"]}
+
+
+@pytest.mark.parametrize("generator, engine", [("xdp_trafficgen", "xdp"), ("trafgen", "trafgen")])
+@pytest.mark.parametrize("kernel", [TAKES, REFUSES])
+def test_a_chosen_generator_sends_whatever_the_kernel_says(generator, engine, kernel):
+    """xdp_trafficgen on a kernel that refuses live frames: its cases fail with the kernel's reason, as asked.
+    No kernel facts are needed (the role reads them only for auto)."""
+    for kernels in ({"sender": kernel}, {}):
+        cases = benchmark_matrix(with_facts(lab_params(), generator=generator, kernels=kernels))
+        said = ("benchmark_generator: %s" % generator)
+        assert engines(cases) == dict(dict.fromkeys(TRAFFIC, [(engine, ENGINE_NAMES[engine], said)]),
+                                      generators=GENERATORS_OWN)
+
+
+def test_auto_without_the_sender_s_kernel_facts_is_an_error():
+    for kernels in ({}, {"sender": {"release": "6.18.44"}}):
+        with pytest.raises(AnsibleFilterError, match="auto needs to know whether the kernel of the sender sender "
+                                                     "takes live-frames test runs"):
+            benchmark_matrix(with_facts(lab_params(["forward"]), kernels=kernels))
+    # The generators family alone needs none (its engines are its cases').
+    assert len(benchmark_matrix(with_facts(lab_params(["generators"]), kernels={}))) == 4
+
+
+def test_an_unknown_generator_is_an_error():
+    with pytest.raises(AnsibleFilterError, match="benchmark_generator must be one of auto, xdp_trafficgen, trafgen, "
+                                                 "not 'pktgen'"):
+        benchmark_matrix(with_facts(lab_params(["drop"]), generator="pktgen"))
+
+
+def test_senders_are_the_traffic_families_each_once():
+    assert benchmark_senders(lab_params()) == ["sender"]
+    assert benchmark_senders(lab_params(["generators", "cost", "control"])) == []
+    assert benchmark_senders(lab_params(["multicast", "drop"], drop=dict(sender="a"), multicast=dict(sender="b"))) == [
+        "b", "a"]
+
+
+def test_the_role_offers_the_generators_the_filter_takes():
+    spec = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"]["options"]
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    assert tuple(spec["benchmark_generator"]["choices"]) == GENERATORS
+    assert spec["benchmark_generator"]["default"] == defaults["benchmark_generator"] == "auto"
+
+
 def test_every_baseline_is_a_case_of_its_family(matrix):
     cases = {(c["family"], c["case"]) for c in matrix}
     assert len(cases) == len(matrix)
@@ -140,7 +236,8 @@ def test_a_case_is_its_whole_run(lab, matrix):
             tc=[dict(interface="eth0", object=OBJECTS + "/tc_redirect.o", program="tc_drop_count",
                      method="tcx")]))],
         generator=dict(host="sender", netns=None, interface="eth0", src_ip="198.18.0.1", dst_ip="198.18.0.2",
-                       dst_mac=mac["receiver"]["eth0"], src_mac=mac["sender"]["eth0"], engine="xdp"),
+                       dst_mac=mac["receiver"]["eth0"], src_mac=mac["sender"]["eth0"], engine="xdp",
+                       name="xdp_trafficgen, xdp", why="auto: on sender, the kernel takes live-frames test runs"),
         count=dict(host="receiver", netns=None, how="tc", interfaces=["eth0"]))
 
 
@@ -383,7 +480,8 @@ def test_record_xdp_counts_udp_at_the_receiver(matrix):
                           baseline="iptables raw drop", metric="delivered_pps", higher_is_better=True,
                           value=900000.0, delivered=2700000, sent=3150000, seconds=3.0, offered_pps=1050000.0,
                           per_port={"eth0": 900000.0}, host=dict(generator="sender", receiver="receiver"),
-                          cpus=dict(generator=[0]))
+                          cpus=dict(generator=[0]), generator=dict(
+                              name="xdp_trafficgen, xdp", why="auto: on sender, the kernel takes live-frames test runs"))
 
 
 def test_record_xdp_counts_from_zero_when_no_program_was_there(matrix):

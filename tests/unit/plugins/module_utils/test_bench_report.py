@@ -207,3 +207,37 @@ def test_a_baseline_is_looked_for_in_its_own_family_only():
     records = [pps(XDP, 1, 24e6), dict(pps(IPTABLES, 1, 4.8e6), family="forward")]
     with pytest.raises(_report.ReportError, match="is not a case of family drop"):
         _report.Report(records)
+
+
+TRAFGEN = dict(name="trafgen (netsniff-ng)", why="auto: the kernel of sender refuses live-frames test runs (EPERM)")
+
+
+def test_one_generator_of_every_case_is_one_sentence_under_the_table():
+    records = [dict(r, generator=TRAFGEN) for r in drop_records()]
+    summary = _report.summarise(_report.normalise(records))
+    assert {e["case"]: e["generator"] for e in summary} == dict.fromkeys([IPTABLES, XDP, ACT_BPF], TRAFGEN)
+    drop = "\n".join(_report.family_markdown("drop", summary, None))
+    assert drop.count("Generator") == 1
+    assert ("\nGenerator: **trafgen (netsniff-ng)** (auto: the kernel of sender refuses live-frames test runs "
+            "(EPERM)).\n") in drop
+
+
+def test_several_generators_each_name_their_cases():
+    xdp = dict(name="xdp_trafficgen, xdp", why="benchmark_generator: xdp_trafficgen")
+    records = [pps(IPTABLES, 1, 1e5, generator=TRAFGEN), pps(XDP, 1, 6e5, generator=xdp),
+               pps(ACT_BPF, 1, None, generator=TRAFGEN), pps("no generator said", 1, 1e5)]
+    del records[2]["value"]
+    records[2]["error"] = NO_ACT_BPF
+    lines = _report.family_markdown("drop", _report.summarise(_report.normalise(records)), None)
+    start = lines.index("Generators:")
+    assert lines[start + 2:start + 4] == [
+        "- **trafgen (netsniff-ng)** (%s): %s, %s" % (TRAFGEN["why"], IPTABLES, ACT_BPF),
+        "- **xdp_trafficgen, xdp** (benchmark_generator: xdp_trafficgen): %s" % XDP]
+
+
+def test_a_family_named_by_its_generators_or_without_any_says_nothing_of_them():
+    own = "the generators family measures each generator"
+    records = [pps(name, 1, 1e5, baseline="pktgen", family="generators", generator=dict(name=name, why=own))
+               for name in ("pktgen", "trafgen (netsniff-ng)")]
+    assert not _report._generator_lines(_report.summarise(_report.normalise(records)))
+    assert not _report._generator_lines(_report.summarise(_report.normalise(drop_records())))

@@ -20,15 +20,20 @@
 # --no-ssh leaves out step 1. The VM has no network but the SSH port, so the Python
 # packages the tests need beyond the image's (pytest, ansible-core, bcrypt, the same
 # versions as the venv's) are installed here, for the VM's Python (3.11, as
-# this machine's), and copied in with the checkout's files (what git would
-# commit: tracked and new ones, nothing it ignores).
+# this machine's), and reach it as a read-only disk image attached at boot; the
+# checkout's files (what git would commit: tracked and new ones, nothing it
+# ignores) are copied in through SSH.
 # The VM is booted if it is not up, and powered off again only then. The
 # image has bcc and the headers of its own kernel (scripts/vm.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+source scripts/lib.sh
 VM="bash scripts/vm.sh"
 DEST=/root/ebpf_xdp # where the VM gets the checkout
 SITE=.build/vm-site # the packages for the VM's Python
+SITE_IMG=$SITE.img   # the same as a disk image, attached to the VM read-only
+VM_SITE=/mnt/ebpf-xdp-site # where the VM mounts it
 
 say() { echo "test_vm.sh: $*"; }
 
@@ -47,28 +52,49 @@ done
 # the VM.
 CONTROLLER_ONLY=(test_docs_site.py test_packaging.py test_benchmark_report.py test_ee.py)
 
-# The venv's versions of what the tests import, for the VM's Python; rebuilt when they change.
-want=$(.venv/bin/pip freeze --disable-pip-version-check | grep -iE '^(pytest|pytest-xdist|execnet|ansible-core|bcrypt)==' | sort)
+# The venv's versions of what the tests import, for the VM's Python, and the collections a test's ansible-playbook
+# run needs there (a kernel-marked test may go through a role), from the venv's ansible: ansible.posix (the json
+# callback the tests read results with) and community.general (the filetree lookup of the roles). Rebuilt when one
+# of them changes.
+COLLECTIONS=(ansible.posix community.general)
+packages=$(.venv/bin/pip freeze --disable-pip-version-check | grep -iE '^(pytest|pytest-xdist|execnet|ansible-core|bcrypt)==' | sort)
+want=$packages
+for name in "${COLLECTIONS[@]}"; do
+	want+=$'\n'"$name==$(.venv/bin/python -c "import ansible_collections.$name as p, json, os
+print(json.load(open(os.path.join(list(p.__path__)[0], 'MANIFEST.json')))['collection_info']['version'])")"
+done
 if [[ "$(cat "$SITE/.versions" 2>/dev/null)" != "$want" ]]; then
 	say "installing $(echo "$want" | tr '\n' ' ')into $SITE"
-	rm -rf "$SITE"
+	rm -rf "$SITE" "$SITE_IMG"
 	# shellcheck disable=SC2086 # one requirement per word
-	.venv/bin/pip install -q --disable-pip-version-check --target "$SITE" $want
+	.venv/bin/pip install -q --disable-pip-version-check --target "$SITE" $packages
+	for name in "${COLLECTIONS[@]}"; do
+		mkdir -p "$SITE/ansible_collections/${name%%.*}"
+		cp -r "$(.venv/bin/python -c "import ansible_collections.$name as p; print(list(p.__path__)[0])")" \
+			"$SITE/ansible_collections/${name/.//}"
+	done
+	# The VM mounts them read-only, where its Python cannot write the byte code of what it imports: compiled here
+	# (Debian's Python, the VM's), checked by nothing but their presence (the files never change there). Without
+	# them each interpreter there compiles ansible-core again, seconds under emulation.
+	/usr/bin/python3 -m compileall -q -f -j 0 --invalidation-mode unchecked-hash "$SITE" >/dev/null
 	echo "$want" >"$SITE/.versions"
 fi
-# The collections a test's ansible-playbook run needs there (a kernel-marked test may go through a role),
-# from the venv's ansible: ansible.posix (the json callback the tests read results with) and
-# community.general (the filetree lookup of the roles).
-for name in ansible.posix community.general; do
-	from=$(.venv/bin/python -c "import ansible_collections.$name as p; print(list(p.__path__)[0])")
-	rm -rf "$SITE/ansible_collections/${name/.//}"
-	mkdir -p "$SITE/ansible_collections/${name%%.*}"
-	cp -r "$from" "$SITE/ansible_collections/${name/.//}"
-done
+# They reach the VM as a read-only disk (a second virtio drive, /dev/disk/by-id/virtio-vm-site, mounted at $VM_SITE),
+# made again only when they changed: copying their 85 MB through SSH took 161 s of each run at a load of 11.
+# ext4 without a journal (nothing is written to it); e2fsprogs is one of scripts/vm.sh's packages.
+if ! cmp -s "$SITE/.versions" "$SITE_IMG.versions"; then
+	ensure_apt_packages test_vm.sh e2fsprogs
+	say "making $SITE_IMG"
+	rm -f "$SITE_IMG" "$SITE_IMG.versions"
+	mke2fs -q -t ext4 -O ^has_journal -L vm-site -N $(($(find "$SITE" | wc -l) + 1000)) -d "$SITE" "$SITE_IMG.new" \
+		$(($(du -sm "$SITE" | cut -f1) * 5 / 4 + 32))M
+	mv "$SITE_IMG.new" "$SITE_IMG"
+	cp "$SITE/.versions" "$SITE_IMG.versions"
+fi
 
 booted=
 if ! $VM status >/dev/null 2>&1; then
-	$VM up
+	EBPF_XDP_VM_DISKS=$PWD/$SITE_IMG $VM up
 	booted=1
 fi
 trap '[[ -z $booted ]] || $VM down' EXIT
@@ -85,12 +111,23 @@ if [[ -n $ssh_tests ]]; then
 	say "they took $((SECONDS - start)) s (exit $rc)"
 fi
 
-say "copying the checkout and $SITE to the VM's $DEST"
+say "copying the checkout to the VM's $DEST"
 start=$SECONDS
 $VM ssh "rm -rf $DEST && mkdir -p $DEST/.build"
 git ls-files -z --cached --others --exclude-standard | tar --null -T - -cf - | $VM ssh "tar -xf - -C $DEST"
-tar -C .build -cf - vm-site | $VM ssh "tar -xf - -C $DEST/.build"
 say "copied in $((SECONDS - start)) s"
+# The packages' disk, mounted once per boot. A VM that was up already (make vm-up) may have none, or an older one:
+# then they are copied as before.
+start=$SECONDS
+if [[ "$($VM ssh "mountpoint -q $VM_SITE || { [ -e /dev/disk/by-id/virtio-vm-site ] && mkdir -p $VM_SITE &&
+	mount -o ro /dev/disk/by-id/virtio-vm-site $VM_SITE; } && cat $VM_SITE/.versions")" == "$(cat "$SITE/.versions")" ]]; then
+	say "$SITE: on its disk, mounted at $VM_SITE in $((SECONDS - start)) s"
+else
+	say "the VM was up without $SITE_IMG (or an older one): copying $SITE to its $DEST/$SITE"
+	VM_SITE=$DEST/$SITE
+	tar -C .build -cf - vm-site | $VM ssh "tar -xf - -C $DEST/.build"
+	say "copied in $((SECONDS - start)) s"
+fi
 
 # As scripts/setup.sh does here: the collection found through a symlink, bpffs mounted.
 $VM ssh "set -e
@@ -126,7 +163,7 @@ in_vm() { # what, pytest arguments...
 	shift
 	say "pytest in the VM: $which $what${args}"
 	start=$SECONDS
-	$VM ssh "cd $DEST && PYTHONUNBUFFERED=1 PYTHONPATH=$DEST/$SITE:$DEST/.build/collections ANSIBLE_COLLECTIONS_PATH=$DEST/.build/collections \
+	$VM ssh "cd $DEST && PYTHONUNBUFFERED=1 PYTHONPATH=$VM_SITE:$DEST/.build/collections ANSIBLE_COLLECTIONS_PATH=$DEST/.build/collections \
 	python3 -m pytest -p no:cacheprovider -q -rxs --vm=without --module-start=fork $select $* $paths$args" || rc=$?
 	say "they took $((SECONDS - start)) s (exit status so far $rc)"
 }

@@ -8,6 +8,10 @@
 #   bash scripts/vm.sh build    only build the image (when its recipe changed)
 # `up` and `down` are idempotent: `up` on a running VM only checks that SSH
 # answers, `down` on a stopped one does nothing.
+# EBPF_XDP_VM_DISKS (for `up`): disk images (raw, space-separated) attached
+# read-only to a VM it boots, each as a virtio drive whose serial is its
+# name without .img (/dev/disk/by-id/virtio-NAME in the VM): scripts/test_vm.sh
+# hands the tests' Python packages over so instead of copying them on every run.
 #
 # The image is a debootstrap root file system that already holds what the
 # toolchain role installs, so the role and every module run there without a
@@ -264,7 +268,10 @@ ssh_vm() {
 	# ConnectTimeout bounds the banner exchange too: under emulation on a loaded host sshd takes more than 5 s
 	# to answer (make test-debian12's copy step failed so), so 5 s only while waiting for the boot (wait_for
 	# tries again). ssh takes the first value given for an option: the caller's come first.
+	# One connection, kept 5 min after its last use, carries every session: a new one costs 12-14 s of key
+	# exchange under emulation on a loaded host, a session over it under a second.
 	ssh -i "$RUN/id_ed25519" -p "$PORT" "${opts[@]}" -o BatchMode=yes -o ConnectTimeout=120 \
+		-o ControlMaster=auto -o ControlPath="$RUN/ssh-mux" -o ControlPersist=300 \
 		-o HostKeyAlias="$NAME" -o UserKnownHostsFile="$RUN/known_hosts" \
 		-o StrictHostKeyChecking=yes -o LogLevel=ERROR root@127.0.0.1 "$@"
 }
@@ -314,12 +321,19 @@ up() {
 		local key
 		key=$(base64 -w0 "$RUN/id_ed25519.pub")
 		rm -f "$RUN/console.log"
+		# On PCI slots from 0x10 up, after the root disk's (virtio probes by slot): the root disk stays /dev/vda.
+		local disks=() disk slot=16
+		for disk in ${EBPF_XDP_VM_DISKS:-}; do
+			disks+=(-drive "file=$disk,format=raw,if=none,id=$(basename "$disk" .img),readonly=on"
+				-device "virtio-blk-pci,drive=$(basename "$disk" .img),serial=$(basename "$disk" .img),addr=$(printf 0x%x $slot)")
+			slot=$((slot + 1))
+		done
 		qemu-system-x86_64 -name "$NAME,process=$NAME" \
 			-machine q35 -accel tcg -cpu max -smp "$CPUS" -m "$MEMORY" \
 			-nodefaults -no-user-config -display none \
 			-kernel "$IMAGE.vmlinuz" -initrd "$IMAGE.initrd" \
 			-append "root=/dev/vda rw console=ttyS0 fsck.mode=skip quiet ebpf_xdp.authorized_key=$key" \
-			-drive "file=$IMAGE.img,format=raw,if=virtio,snapshot=on,cache=unsafe" \
+			-drive "file=$IMAGE.img,format=raw,if=virtio,snapshot=on,cache=unsafe" "${disks[@]}" \
 			-netdev "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:$PORT-:22" \
 			-device "virtio-net-pci,netdev=net0,mac=$MAC,romfile=" \
 			-object rng-random,id=rng0,filename=/dev/urandom -device virtio-rng-pci,rng=rng0 \
@@ -333,6 +347,7 @@ up() {
 
 down() {
 	local pid
+	ssh -o ControlPath="$RUN/ssh-mux" -O exit vm 2>/dev/null || true
 	if pid=$(vm_pid); then
 		# Pulling the plug loses nothing: the disk is a throw-away snapshot.
 		kill -TERM "$pid"

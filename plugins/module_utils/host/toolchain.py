@@ -19,8 +19,6 @@ import os
 import re
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.host.privileges import CAPABILITIES, effective_capabilities
-# Standard library at import too (libbpf is loaded only when a live-frames run is tried).
-from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import trafficgen as _trafficgen
 
 # /etc/os-release ID (or an ID_LIKE) -> what ansible.builtin.setup calls the distribution and its family.
 DISTRIBUTIONS = {"debian": "Debian", "ubuntu": "Ubuntu"}
@@ -95,6 +93,9 @@ def live_frames() -> dict:
     xdp engine sends with, and why not: the kernel's own answer to one such run of a drop program (the release
     cannot tell: a 6.18 host was seen refusing them all). Without libbpf nothing is asked, and that is the
     reason."""
+    # Imported here: datapath's toolchain check, which every rollout probe runs, never asks (~20 ms a host).
+    from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import (  # pylint: disable=import-outside-toplevel
+        trafficgen as _trafficgen)
     error = _trafficgen.libbpf_error()
     error = "not asked, libbpf cannot be used: %s" % error if error else _trafficgen.live_frames_error()
     return {"xdp_live_frames": error is None, "xdp_live_frames_error": error}

@@ -122,8 +122,8 @@ def test_datapath_check_mode_judges_objects_by_the_sources_it_would_ship(run_dis
     (tmp_path / "cache").mkdir(mode=0o700)
 
     def task(answer):
-        return {"sources": {"dir": str(src_dir), "files": {"answer.bpf.c": XDP_SOURCE.replace(
-                    '#include "answer.h"', "#define ANSWER %s" % answer)}},
+        source = XDP_SOURCE.replace('#include "answer.h"', "#define ANSWER %s" % answer)
+        return {"sources": {"dir": str(src_dir), "files": {"answer.bpf.c": source}},
                 "config": {"objects": [{"src": str(src_dir / "answer.bpf.c"), "dest": dest,
                                         "cache_dir": str(tmp_path / "cache")}]}}
 

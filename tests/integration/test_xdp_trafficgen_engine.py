@@ -298,7 +298,6 @@ def test_frames_stay_the_template_through_a_router(run_distro, chain, drop_obj, 
 # ---------------------------------------------------------------- auto, check mode, refusals
 
 
-@pytest.mark.kernel_either("xdp_live_frames")
 def test_auto_picks_xdp_only_where_frames_can_go(run_distro, pair, drop_obj, tg_obj, features):
     """auto sends with the xdp engine where the device takes XDP frames and the kernel runs live frames; else with
     the socket engine, saying why; engine xdp named where it cannot send is refused, with nothing sent."""

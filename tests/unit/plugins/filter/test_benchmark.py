@@ -157,8 +157,8 @@ def test_auto_asks_each_family_s_own_sender():
     params = lab_params(["drop", "forward", "multicast"], forward=dict(sender="vm", sender_netns="sender"))
     assert benchmark_senders(params) == ["sender", "vm"]
     cases = benchmark_matrix(with_facts(params, kernels={"sender": TAKES, "vm": REFUSES}))
-    assert {c["family"]: c["generator"]["engine"] for c in cases} == dict(drop="xdp", forward="trafgen",
-                                                                           multicast="xdp")
+    engines = {c["family"]: c["generator"]["engine"] for c in cases}
+    assert engines == dict(drop="xdp", forward="trafgen", multicast="xdp")
     assert {c["generator"]["why"] for c in cases if c["family"] == "forward"} == {
         "auto: on vm, %s" % REFUSES["xdp_live_frames_error"]}
 

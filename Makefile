@@ -9,7 +9,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.build/collections
 export ANSIBLE_FORCE_COLOR ?= 0
 PYTEST := $(VENV)/bin/python -m pytest
 
-.PHONY: setup deploy lab-up lab-down vm-up vm-down test test-long test-vm test-debian12 unit integration integration-shared integration-quiet benchmark-smoke sanity lint docs docs-lint molecule ee benchmark clean
+.PHONY: setup deploy lab-up lab-down vm-up vm-down test test-long test-vm test-debian12 test-ee unit integration integration-shared integration-quiet benchmark-smoke sanity lint docs docs-lint molecule ee benchmark clean
 
 setup:
 	@bash scripts/setup.sh
@@ -42,7 +42,14 @@ test-vm: setup
 # Every integration test on Debian 12's 6.1 kernel (but the few about the controller alone): the VM's tests over
 # SSH from here, then the rest inside the VM, booted once (scripts/test_vm.sh --all; not part of make test).
 test-debian12: setup
+	bash scripts/ee.sh
 	bash scripts/test_vm.sh --all
+
+# The execution environment's test (tests/integration/test_ee.py, not part of make test): make ee's image, then
+# deploy_xdp.yml through ansible-runner and ansible-navigator in it against the VM host over SSH.
+test-ee: setup
+	bash scripts/ee.sh
+	bash scripts/test_vm.sh --ee
 
 unit:
 	$(PYTEST) -q tests/unit

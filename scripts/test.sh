@@ -2,13 +2,14 @@
 # make test, after set-up: every test, step by step, and each step's time.
 #  1. the unit tests
 #  2. the integration tests that can share the machine (make
-#     integration-shared), with the VM's, molecule's and the execution
-#     environment's images built beside them
+#     integration-shared), with the VM's and molecule's images built beside
+#     them
 #  3. make test-vm (the VM's tests over SSH, then the kernel-dependent tests
 #     inside it), and beside it molecule, then sanity, lint and the docs' lint
 #  4. the integration tests marked quiet (rates, timing, snapshots of the
 #     whole host), the toolchain target, the benchmarks' smoke runs
 #  5. no copy of the collection installed into ~/.ansible by any step
+# Not here: make test-long, make test-ee, make test-debian12 (README, "Tests").
 # Side by side pays only where a step leaves a CPU idle: test-vm beside the
 # integration tests made both slower (the emulated VM and the tests each
 # want a CPU: 2704 s and 1630 s side by side; alone, in the run before,
@@ -78,12 +79,11 @@ home_copy_before=$(stat -c %Y "$home_copy/MANIFEST.json" 2>/dev/null || echo abs
 	echo "test.sh: $home_copy holds a copy of the collection from an earlier run; remove it"
 
 # The VM's disk image and molecule's container image (debootstrap: mostly
-# downloads and unpacking, ~110 s and ~80 s on a fresh machine), then the
-# execution environment image on the latter (make ee: ~100 s fresh, under 1 s
-# when up to date; test-vm runs a playbook in it), one after the other (each
-# installs its apt packages first), while the first steps run: they end long
-# before the integration tests do.
-beside images bash -c "bash scripts/vm.sh build && bash scripts/molecule.sh image && bash scripts/ee.sh"
+# downloads and unpacking, ~150 s and ~100 s on a fresh machine), one after the
+# other (each installs its apt packages first), while the first steps run: they
+# end long before the integration tests do. The execution environment's image
+# and its test are make test-ee's.
+beside images bash -c "bash scripts/vm.sh build && bash scripts/molecule.sh image"
 step unit "${MAKE_STEP[@]}" unit
 
 step integration "${MAKE_STEP[@]}" integration-shared

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make test-vm (part of make test): with the lab's VM host up (Debian 12's
 # stock kernel, 6.1: no tcx, act_bpf and pktgen as modules), booted once,
-#  1. the tests that reach it over SSH through Ansible (pytest --vm=only, here;
-#     test_ee.py through ansible-runner and ansible-navigator in make ee's image)
+#  1. the tests that reach it over SSH through Ansible (pytest --vm=only, here),
+#     but test_ee.py (make test-ee: make ee's image builds minutes on a fresh
+#     machine and its four runs took 236 s of make test's; --all includes it)
 #  2. the kernel-dependent integration tests (those marked kernel(feature),
 #     see tests/integration/kernel_features.py) inside it. Extra arguments go
 #     to that pytest (e.g. -k tcx, or test files: those instead of all of them).
@@ -17,7 +18,8 @@
 # namespaces of the VM, each forked from an interpreter that imported
 # ansible-core and pyroute2 once (--module-start=fork, module_starter.py: a
 # new interpreter's start alone takes a minute there on a loaded host).
-# --no-ssh leaves out step 1. The VM has no network but the SSH port, so the Python
+# --no-ssh leaves out step 1; --ee runs only test_ee.py over SSH (make test-ee),
+# nothing inside. The VM has no network but the SSH port, so the Python
 # packages the tests need beyond the image's (pytest, ansible-core, bcrypt, the same
 # versions as the venv's) are installed here, for the VM's Python (3.11, as
 # this machine's), and reach it as a read-only disk image attached at boot; the
@@ -39,10 +41,12 @@ say() { echo "test_vm.sh: $*"; }
 
 all=
 ssh_tests=1
-while [[ ${1:-} == --all || ${1:-} == --no-ssh ]]; do
+ee_only=
+while [[ ${1:-} == --all || ${1:-} == --no-ssh || ${1:-} == --ee ]]; do
 	case $1 in
 	--all) all=1 ;;
 	--no-ssh) ssh_tests= ;; # only step 2 (e.g. again for the files that failed in it)
+	--ee) ee_only=1 ;;
 	esac
 	shift
 done
@@ -104,12 +108,21 @@ rc=0
 if [[ -n $ssh_tests ]]; then
 	say "pytest here: the tests of the VM as a remote host"
 	start=$SECONDS
-	# Two workers, a file on each (test_ee.py, test_vm.py): each test is a chain of Ansible tasks, each task one
-	# module run on one of the VM's two CPUs while the other waits for the next task.
-	.venv/bin/python -m pytest -p no:cacheprovider -q -rxs --durations=10 --vm=only -n 2 --dist loadfile \
-		tests/integration || rc=$?
+	# Two workers, a test on each: each test is a chain of Ansible tasks, each task one module run on one of the
+	# VM's two CPUs while the other waits for the next task (test_vm.py's three one after the other took 313 s,
+	# on two workers the longest 166 s).
+	if [[ -n $ee_only ]]; then
+		ssh_select=(tests/integration/test_ee.py)
+	elif [[ -n $all ]]; then
+		ssh_select=(tests/integration)
+	else
+		ssh_select=(--ignore tests/integration/test_ee.py tests/integration)
+	fi
+	.venv/bin/python -m pytest -p no:cacheprovider -q -rxs --durations=10 --vm=only -n 2 --dist load \
+		"${ssh_select[@]}" || rc=$?
 	say "they took $((SECONDS - start)) s (exit $rc)"
 fi
+[[ -z $ee_only ]] || exit $rc
 
 say "copying the checkout to the VM's $DEST"
 start=$SECONDS

@@ -1,5 +1,6 @@
 """playbooks/deploy_xdp.yml in the execution environment image (make ee), run the way AWX's execution nodes run
-a job and a person at a terminal runs one, against the lab's VM host over SSH (make test-vm).
+a job and a person at a terminal runs one, against the lab's VM host over SSH (make test-ee, make test-debian12;
+not part of make test).
 
 ansible-runner gets a private data directory as an execution node does (project/ with the playbook, inventory/,
 env/ssh_key, env/settings) and runs it in the image with podman (the project's CONTAINERS_CONF); the container

@@ -294,6 +294,8 @@ def test_the_probe_ends_unchanged_batches_and_a_host_that_would_change_is_still_
     assert xdp_of(inventory, hosts[2:3])[hosts[2]]["constants"]["xdp_action"] == 2, "the faulty variant went"
 
 
+# make test-long: rollback_scope all is the canary fault's rollback (test_fault_on_the_canary_...) over more hosts.
+@pytest.mark.long
 def test_fault_with_rollback_scope_all_rolls_back_every_host_that_got_it(at_release_1):
     inventory, hosts = at_release_1
     rc, out = ansible_playbook(inventory, "deploy_xdp.yml", {"fleet_release": 2}, limit=hosts[0])

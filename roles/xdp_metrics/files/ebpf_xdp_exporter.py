@@ -966,7 +966,10 @@ def check(config: dict, config_path: str, web_text: str | None = None) -> None:
         try:
             make_http_server(config, web_text).server_close()
         except ListenError:
-            if not serving_us(config, config_path):
+            # Asked of the kernel, not of the listener (serving_us): another process holding the port may accept
+            # and never answer, and a request would wait its whole timeout (the role's check took 10 s more).
+            pid = running_pid(config, config_path)
+            if not (pid and listens(pid, config["port"])):
                 raise
 
 

@@ -298,14 +298,19 @@ def test_frames_stay_the_template_through_a_router(run_distro, chain, drop_obj, 
 # ---------------------------------------------------------------- auto, check mode, refusals
 
 
+@pytest.mark.kernel_either("xdp_live_frames")
 def test_auto_picks_xdp_only_where_frames_can_go(run_distro, pair, drop_obj, tg_obj, features):
     """auto sends with the xdp engine where the device takes XDP frames and the kernel runs live frames; else with
     the socket engine, saying why; engine xdp named where it cannot send is refused, with nothing sent."""
+    # Why the veth takes none is said as the kernel tells it: from 6.3 xdp_features; before it (6.1 in make
+    # test-vm) only the peer's missing XDP program can be seen.
+    why = ("veth eth0 cannot take XDP frames: its peer has neither an XDP program nor GRO" if features["xdp_features"]
+           else "veth eth0: its peer has no XDP program")
     res = send(run_distro, pair, object=tg_obj, count=20)
-    assert res["engine"] == "socket" and "neither an XDP program nor GRO" in res["engine_reason"], res
+    assert res["engine"] == "socket" and res["engine_reason"].startswith(why), res
     assert res["sent"] == {"udp": 20}
     res = send(run_distro, pair, engine="xdp", object=tg_obj, count=20)
-    assert res["failed"] and "engine xdp cannot deliver frames: veth eth0 cannot take XDP frames" in res["msg"], res
+    assert res["failed"] and res["msg"].startswith("engine xdp cannot deliver frames: " + why), res
 
     attach_drop(pair.rx, drop_obj)
     engine = "xdp" if features["xdp_live_frames"] else "socket"

@@ -20,7 +20,7 @@ import uuid
 import pytest
 import yaml
 
-from conftest import BPF_DIR, ROOT, ansible_playbook, task_results
+from conftest import BPF_DIR, ROOT, ansible_playbook, changed_by_host, changed_tasks, task_results
 
 ENV = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json", ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
            ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"),
@@ -221,3 +221,49 @@ def test_traffic_playbook_sends_with_pktgen_on_the_vm(vm):
     assert ran["finished"] and ran["module_loaded"] is (not loaded_before), (loaded_before, ran)
     assert state == "loaded", after
     assert "kpktgend_0" in files and "eth0@" not in files, files
+
+
+@pytest.mark.debian12("toolchain", "toolchain_facts", "xdp_rollout", "xdp_deploy")
+def test_deploy_xdp_over_ssh_converges_then_changes_nothing(vm, tmp_path):
+    """playbooks/deploy_xdp.yml from this controller over SSH, as an operator runs it (make test-ee runs it in the
+    execution environment's image, through ansible-runner and ansible-navigator): the toolchain checked, the
+    programs compiled here and converged there through the rollout, its gate reading the facts back; then the
+    re-run changes nothing. On a veth end in the VM's own namespace, where the gate reads the facts."""
+    tag = "dp" + uuid.uuid4().hex[:6]
+    iface, peer = tag + "-a", tag + "-b"
+    pin_root = "%s/%s" % (PIN_ROOT_BASE, tag)
+    playbook(str(tmp_path / "up.yml"), [{"name": "Create a veth pair in the VM", "ansible.builtin.command": {
+        "argv": ["sh", "-ec", "ip link add %s type veth peer name %s; ip link set %s up; ip link set %s up"
+                 % (iface, peer, iface, peer)]}}])
+    try:
+        run_dir = os.path.join(ROOT, ".build", "vm")
+        with open(os.path.join(run_dir, "port")) as f:
+            port = int(f.read())
+        vm_vars = {
+            "ansible_connection": "ansible.builtin.ssh", "ansible_host": "127.0.0.1", "ansible_port": port,
+            "ansible_user": "root", "ansible_python_interpreter": "/usr/bin/python3",
+            "ansible_ssh_private_key_file": os.path.join(run_dir, "id_ed25519"),
+            "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes -o HostKeyAlias=ebpf-xdp-vm "
+                                       "-o UserKnownHostsFile=%s" % os.path.join(run_dir, "known_hosts"),
+            "toolchain_apt_update_cache": False,
+            "xdp_rollout_batches": [1], "xdp_rollout_settle": 0, "xdp_rollout_rate_interval": 0,
+            "xdp_deploy_pin_root": pin_root,
+            "xdp_deploy_programs": [{"interface": iface, "object": "xdp_drop_count", "mode": "native"}],
+        }
+        inventory = tmp_path / "hosts.yml"
+        inventory.write_text(yaml.safe_dump({"all": {"children": {"xdp_hosts": {"hosts": {"vm": vm_vars}},
+                                                                   "xdp_senders": {"hosts": {}}}}}))
+        first = ansible_playbook("-i", str(inventory), os.path.join(ROOT, "playbooks", "deploy_xdp.yml"))
+        assert changed_by_host(first)["vm"] > 0, first["stats"]
+        # The gate's reading of the facts: the very program the converge attached, in native mode, release 1.
+        facts = task_results(first, "Read the counters after the change")["vm"]["ansible_facts"]["xdp"]
+        attached = facts["interfaces"][iface]["xdp"]
+        assert attached["owner"] == "ebpf.xdp" and attached["mode"] == "native", attached
+        assert attached["revision"]["number"] == 1, attached
+
+        again = ansible_playbook("-i", str(inventory), os.path.join(ROOT, "playbooks", "deploy_xdp.yml"))
+        assert set(changed_by_host(again).values()) == {0}, changed_tasks(again)
+    finally:
+        playbook(str(tmp_path / "down.yml"), [{"name": "Remove the pins and the veth pair",
+                                               "ansible.builtin.command": {"argv": [
+                                                   "sh", "-c", "rm -rf %s; ip link del %s; true" % (pin_root, iface)]}}])

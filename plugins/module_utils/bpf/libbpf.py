@@ -811,6 +811,9 @@ def map_info(map_id: int) -> dict:
 INSN = struct.Struct("=BBhi")
 BPF_MOV64_IMM = 0x07 | 0xb0 | 0x00  # BPF_ALU64 | BPF_MOV | BPF_K
 BPF_EXIT = 0x05 | 0x90  # BPF_JMP | BPF_EXIT
+# enum xdp_action (uapi/linux/bpf.h), in its order: the one table of XDP's verdicts (replay's, libxdp's names).
+XDP_ACTIONS = ("XDP_ABORTED", "XDP_DROP", "XDP_PASS", "XDP_TX", "XDP_REDIRECT")
+XDP_DROP, XDP_PASS = XDP_ACTIONS.index("XDP_DROP"), XDP_ACTIONS.index("XDP_PASS")
 
 
 def insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:

@@ -34,7 +34,7 @@ from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpErr
 LIBXDP_SONAME = "libxdp.so.1"
 
 # enum xdp_action, by the names the collection's options use.
-XDP_ACTIONS = {0: "aborted", 1: "drop", 2: "pass", 3: "tx", 4: "redirect"}
+XDP_ACTIONS = {number: name[len("XDP_"):].lower() for number, name in enumerate(_bpf.XDP_ACTIONS)}
 # enum xdp_attach_mode.
 ATTACH_MODES = {"native": 1, "generic": 2}
 MODE_NAMES = {1: "native", 2: "generic", 3: "offload"}

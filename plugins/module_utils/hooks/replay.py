@@ -49,7 +49,7 @@ from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import pcap as _p
 from ansible_collections.ebpf.xdp.plugins.module_utils.maps import migration as _migration
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
 
-XDP_VERDICTS = {0: "XDP_ABORTED", 1: "XDP_DROP", 2: "XDP_PASS", 3: "XDP_TX", 4: "XDP_REDIRECT"}
+XDP_VERDICTS = dict(enumerate(_bpf.XDP_ACTIONS))
 TC_VERDICTS = {0: "TC_ACT_OK", 1: "TC_ACT_RECLASSIFY", 2: "TC_ACT_SHOT", 3: "TC_ACT_PIPE", 4: "TC_ACT_STOLEN",
                5: "TC_ACT_QUEUED", 6: "TC_ACT_REPEAT", 7: "TC_ACT_REDIRECT", 8: "TC_ACT_TRAP",
                0xFFFFFFFF: "TC_ACT_UNSPEC"}

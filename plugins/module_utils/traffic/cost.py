@@ -40,7 +40,7 @@ DEFAULT_RUNS = 3
 # BPF_PROG_TEST_RUN's repeat is a C int.
 MAX_REPEAT = 2 ** 31 - 1
 # The program types measured, and what their empty program returns: XDP_PASS, TC_ACT_OK.
-EMPTY_RETURNS = {"xdp": 2, "sched_cls": 0, "sched_act": 0}
+EMPTY_RETURNS = {"xdp": _bpf.XDP_PASS, "sched_cls": 0, "sched_act": 0}
 EMPTY_NAMES = {"xdp": "cost_empty_xdp", "sched_cls": "cost_empty_cls", "sched_act": "cost_empty_act"}
 # XDP programs the kernel never test-runs: those that run on a devmap's or cpumap's copies of a frame.
 NOT_TEST_RUN = {_bpf.BPF_XDP_DEVMAP: 'a devmap egress program (SEC("xdp/devmap"))',

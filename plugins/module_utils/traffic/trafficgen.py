@@ -79,7 +79,6 @@ TEMPLATE = struct.Struct("=IBBH%ds" % HEADER_MAX)
 L4_TYPES = {"udp": 1, "tcp": 2, "icmp": 0}
 # struct xdp_md: data, data_end, data_meta, ingress_ifindex, rx_queue_index, egress_ifindex.
 XDP_MD = struct.Struct("=6I")
-XDP_DROP = 1
 # The live-frames probe's frame: the smallest Ethernet frame, all zeros (dropped by the probe's program).
 PROBE_FRAME_SIZE = 60
 
@@ -359,7 +358,7 @@ def live_frames_error() -> str | None:
     answering EPERM to every live-frames run while it ran the same program
     without the flag, so the release alone cannot tell.
     """
-    code = _bpf.insn(_bpf.BPF_MOV64_IMM, dst=0, imm=XDP_DROP) + _bpf.insn(_bpf.BPF_EXIT)
+    code = _bpf.insn(_bpf.BPF_MOV64_IMM, dst=0, imm=_bpf.XDP_DROP) + _bpf.insn(_bpf.BPF_EXIT)
     try:
         probe = _bpf.Program.from_instructions("xdp", "ebpf_xdp_live", code)
     except _bpf.BpfError as exc:

@@ -28,6 +28,7 @@ from ansible_collections.ebpf.xdp.plugins.module_utils.host import netns as _net
 def python(request):
     return request.param
 
+
 PROGRAM = r"""
 #include <linux/bpf.h>
 #include <linux/if_ether.h>

@@ -113,59 +113,8 @@ def assert_rhythm(results, module):
     return steps[1]
 
 
-def test_reachable_with_the_debian_kernel_and_the_toolchain(vm):
-    assert adhoc("ansible.builtin.ping")["ping"] == "pong"
-    with open(os.path.join(ROOT, "roles", "toolchain", "defaults", "main.yml")) as f:
-        packages = yaml.safe_load(f)["toolchain_packages"]
-    with open(os.path.join(ROOT, "roles", "toolchain", "vars", "main.yml")) as f:
-        packages += yaml.safe_load(f)["__toolchain_witnesses"]["Debian"]
-    res = adhoc("ansible.builtin.shell", "uname -r; dpkg-query -W -f='${db:Status-Abbrev} ${Package}\\n' "
-                + " ".join(packages))
-    assert res.get("rc") == 0, res
-    release, *status = res["stdout_lines"]
-    assert re.fullmatch(r"6\.1\.\d+-\d+-amd64", release), release
-    # The image holds what the toolchain role installs: the role has nothing to fetch there.
-    assert sorted(line.split()[-1] for line in status if line.startswith("ii ")) == sorted(packages), status
-
-
-@pytest.mark.debian12("xdp_facts")
-def test_xdp_program_and_facts_over_ssh(vm, tmp_path):
-    pair = VmPair()
-    args = {"interface": "eth0", "netns": pair.rx, "object": "%s/xdp_drop_count.o" % OBJ_DIR,
-            "program": "xdp_drop_count", "mode": "native", "pin_root": pair.pin_root}
-    setup = [pair.up_task()] + shipped(tmp_path, "xdp_drop_count") + shipped(tmp_path, "xdp_trafficgen")
-    tasks = rhythm("xdp_program", args) + [
-        # The XDP generator too: its program must pass 6.1's verifier, older and stricter than this machine's.
-        {"name": "Send 10 UDP and 10 TCP frames", "ebpf.xdp.xdp_trafficgen": {
-            "interface": "eth0", "netns": pair.tx, "engine": "xdp", "object": "%s/xdp_trafficgen.o" % OBJ_DIR,
-            "protocols": ["udp", "tcp"], "count": 10, "src_ip": pair.tx_ip, "dst_ip": pair.rx_ip,
-            "dst_mac": pair.rx_mac}},
-        {"name": "Read the facts", "ebpf.xdp.xdp_facts": {"netns": pair.rx, "pin_root": pair.pin_root}},
-    ]
-    results = playbook(str(tmp_path / "xdp.yml"), setup + [
-        {"name": "Attach, send, read", "block": tasks, "always": [pair.down_task()]}])
-
-    attached = assert_rhythm(results, "xdp_program")
-    assert attached["mode"] == "native" and attached["attached"] is True, attached
-    prog = results["Read the facts"]["ansible_facts"]["xdp"]["interfaces"]["eth0"]["xdp"]
-    assert prog["id"] == attached["id"] and prog["owner"] == "ebpf.xdp" and prog["mode"] == "native", prog
-    assert prog["protocols"] == {"udp": 10, "tcp": 10}, prog
-
-
-def role_task_result(out, role, name, host="vm"):
-    """host's result of the task called name in role (shown as "ROLE : name", the role possibly by its FQCN) in
-    ansible_playbook()'s output; a play's task of the same name (traffic.yml's include_role) does not count."""
-    for play in out["plays"]:
-        for task in play["tasks"]:
-            shown_role, sep, shown_name = task["task"]["name"].partition(" : ")
-            if sep and shown_name == name and shown_role.split(".")[-1] == role and host in task["hosts"]:
-                return task["hosts"][host]
-    raise KeyError("%s : %s" % (role, name))
-
-
-PKTGEN_LOADED = "test -d /proc/net/pktgen && echo loaded || echo absent"
-
-
+# The longest first: make test-vm runs these on two workers a test at a time (--dist load --maxschedchunk 1),
+# this one on one worker while the other three run on the other.
 @pytest.mark.debian12("lab", "pktgen_sender", "pktgen_receiver")
 def test_traffic_playbook_sends_with_pktgen_on_the_vm(vm):
     """playbooks/traffic.yml on the VM as its header and the README give it (-e traffic_senders=vms
@@ -223,6 +172,59 @@ def test_traffic_playbook_sends_with_pktgen_on_the_vm(vm):
     assert "kpktgend_0" in files and "eth0@" not in files, files
 
 
+def test_reachable_with_the_debian_kernel_and_the_toolchain(vm):
+    assert adhoc("ansible.builtin.ping")["ping"] == "pong"
+    with open(os.path.join(ROOT, "roles", "toolchain", "defaults", "main.yml")) as f:
+        packages = yaml.safe_load(f)["toolchain_packages"]
+    with open(os.path.join(ROOT, "roles", "toolchain", "vars", "main.yml")) as f:
+        packages += yaml.safe_load(f)["__toolchain_witnesses"]["Debian"]
+    res = adhoc("ansible.builtin.shell", "uname -r; dpkg-query -W -f='${db:Status-Abbrev} ${Package}\\n' "
+                + " ".join(packages))
+    assert res.get("rc") == 0, res
+    release, *status = res["stdout_lines"]
+    assert re.fullmatch(r"6\.1\.\d+-\d+-amd64", release), release
+    # The image holds what the toolchain role installs: the role has nothing to fetch there.
+    assert sorted(line.split()[-1] for line in status if line.startswith("ii ")) == sorted(packages), status
+
+
+@pytest.mark.debian12("xdp_facts")
+def test_xdp_program_and_facts_over_ssh(vm, tmp_path):
+    pair = VmPair()
+    args = {"interface": "eth0", "netns": pair.rx, "object": "%s/xdp_drop_count.o" % OBJ_DIR,
+            "program": "xdp_drop_count", "mode": "native", "pin_root": pair.pin_root}
+    setup = [pair.up_task()] + shipped(tmp_path, "xdp_drop_count") + shipped(tmp_path, "xdp_trafficgen")
+    tasks = rhythm("xdp_program", args) + [
+        # The XDP generator too: its program must pass 6.1's verifier, older and stricter than this machine's.
+        {"name": "Send 10 UDP and 10 TCP frames", "ebpf.xdp.xdp_trafficgen": {
+            "interface": "eth0", "netns": pair.tx, "engine": "xdp", "object": "%s/xdp_trafficgen.o" % OBJ_DIR,
+            "protocols": ["udp", "tcp"], "count": 10, "src_ip": pair.tx_ip, "dst_ip": pair.rx_ip,
+            "dst_mac": pair.rx_mac}},
+        {"name": "Read the facts", "ebpf.xdp.xdp_facts": {"netns": pair.rx, "pin_root": pair.pin_root}},
+    ]
+    results = playbook(str(tmp_path / "xdp.yml"), setup + [
+        {"name": "Attach, send, read", "block": tasks, "always": [pair.down_task()]}])
+
+    attached = assert_rhythm(results, "xdp_program")
+    assert attached["mode"] == "native" and attached["attached"] is True, attached
+    prog = results["Read the facts"]["ansible_facts"]["xdp"]["interfaces"]["eth0"]["xdp"]
+    assert prog["id"] == attached["id"] and prog["owner"] == "ebpf.xdp" and prog["mode"] == "native", prog
+    assert prog["protocols"] == {"udp": 10, "tcp": 10}, prog
+
+
+def role_task_result(out, role, name, host="vm"):
+    """host's result of the task called name in role (shown as "ROLE : name", the role possibly by its FQCN) in
+    ansible_playbook()'s output; a play's task of the same name (traffic.yml's include_role) does not count."""
+    for play in out["plays"]:
+        for task in play["tasks"]:
+            shown_role, sep, shown_name = task["task"]["name"].partition(" : ")
+            if sep and shown_name == name and shown_role.split(".")[-1] == role and host in task["hosts"]:
+                return task["hosts"][host]
+    raise KeyError("%s : %s" % (role, name))
+
+
+PKTGEN_LOADED = "test -d /proc/net/pktgen && echo loaded || echo absent"
+
+
 @pytest.mark.debian12("toolchain", "toolchain_facts", "xdp_rollout", "xdp_deploy")
 def test_deploy_xdp_over_ssh_converges_then_changes_nothing(vm, tmp_path):
     """playbooks/deploy_xdp.yml from this controller over SSH, as an operator runs it (make test-ee runs it in the
@@ -251,8 +253,8 @@ def test_deploy_xdp_over_ssh_converges_then_changes_nothing(vm, tmp_path):
             "xdp_deploy_programs": [{"interface": iface, "object": "xdp_drop_count", "mode": "native"}],
         }
         inventory = tmp_path / "hosts.yml"
-        inventory.write_text(yaml.safe_dump({"all": {"children": {"xdp_hosts": {"hosts": {"vm": vm_vars}},
-                                                                   "xdp_senders": {"hosts": {}}}}}))
+        groups = {"xdp_hosts": {"hosts": {"vm": vm_vars}}, "xdp_senders": {"hosts": {}}}
+        inventory.write_text(yaml.safe_dump({"all": {"children": groups}}))
         first = ansible_playbook("-i", str(inventory), os.path.join(ROOT, "playbooks", "deploy_xdp.yml"))
         assert changed_by_host(first)["vm"] > 0, first["stats"]
         # The gate's reading of the facts: the very program the converge attached, in native mode, release 1.

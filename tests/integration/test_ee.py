@@ -18,13 +18,12 @@ import os
 import re
 import shutil
 import subprocess
-import uuid
 
 import pytest
 import yaml
 
 from conftest import ROOT
-from test_vm import playbook
+from test_vm import deploy_vars, root_veth
 
 BIN = os.path.join(ROOT, ".venv", "bin")
 IMAGE = os.environ.get("EBPF_XDP_EE_IMAGE", "localhost/ebpf-xdp-ee:latest")
@@ -61,15 +60,8 @@ def image():
 def job(vm, tmp_path_factory):  # pylint: disable=redefined-outer-name,unused-argument
     """A veth pair in the VM's own namespace and the private data directory of a job that deploys xdp_drop_count
     on one end of it (the rollout's gate reads the facts of the host's namespace); removed afterwards."""
-    tag = "ee" + uuid.uuid4().hex[:6]
-    iface, peer = tag + "-a", tag + "-b"
-    pin_root = "/sys/fs/bpf/ebpf_xdp_test/" + tag
     data = tmp_path_factory.mktemp("runner")
-    work = tmp_path_factory.mktemp("vm-setup")
-    playbook(str(work / "up.yml"), [{"name": "Create a veth pair in the VM", "ansible.builtin.command": {"argv": [
-        "sh", "-ec", "ip link add %s type veth peer name %s; ip link set %s up; ip link set %s up"
-        % (iface, peer, iface, peer)]}}])
-    try:
+    with root_veth(str(tmp_path_factory.mktemp("vm-setup")), "ee") as (iface, pin_root):
         vm_run = os.path.join(ROOT, ".build", "vm")
         for sub in ("project", "inventory", "env", "ssh"):
             (data / sub).mkdir()
@@ -80,28 +72,21 @@ def job(vm, tmp_path_factory):  # pylint: disable=redefined-outer-name,unused-ar
         shutil.copy(os.path.join(vm_run, "known_hosts"), str(data / "ssh" / "known_hosts"))
         with open(os.path.join(vm_run, "port")) as f:
             port = int(f.read())
-        vm_vars = {
+        program = {"object": "xdp_drop_count", "mode": "native",
+                   "constants": {"xdp_action": "{{ ee_release_action | default(%d) }}" % XDP_PASS}}
+        vm_vars = dict(deploy_vars(iface, pin_root, program), **{
             "ansible_connection": "ansible.builtin.ssh", "ansible_host": "127.0.0.1", "ansible_port": port,
             "ansible_user": "root", "ansible_python_interpreter": "/usr/bin/python3",
             # /runner/ssh for ansible-runner (the private data directory is mounted there); ansible-navigator
             # mounts its working directory at the same path.
             "ee_ssh_dir": "/runner/ssh",
             "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes -o HostKeyAlias=ebpf-xdp-vm "
-                                       "-o UserKnownHostsFile={{ ee_ssh_dir }}/known_hosts",
-            "toolchain_apt_update_cache": False,
-            "xdp_rollout_batches": [1], "xdp_rollout_settle": 0, "xdp_rollout_rate_interval": 0,
-            "xdp_deploy_pin_root": pin_root,
-            "xdp_deploy_programs": [{"interface": iface, "object": "xdp_drop_count", "mode": "native",
-                                     "constants": {"xdp_action": "{{ ee_release_action | default(%d) }}" % XDP_PASS}}],
-        }
+                                       "-o UserKnownHostsFile={{ ee_ssh_dir }}/known_hosts"})
         inventory = {"all": {"children": {"xdp_hosts": {"hosts": {"vm": vm_vars}}, "xdp_senders": {"hosts": {}}}}}
         (data / "inventory" / "hosts.yml").write_text(yaml.safe_dump(inventory, sort_keys=False))
         # An execution node's settings: the container shares the host's network (the VM's SSH port is on loopback).
         (data / "env" / "settings").write_text(yaml.safe_dump({"container_options": ["--network=host"]}))
         yield {"dir": str(data), "interface": iface, "pin_root": pin_root}
-    finally:
-        playbook(str(work / "down.yml"), [{"name": "Remove the pins and the veth pair", "ansible.builtin.command": {
-            "argv": ["sh", "-c", "rm -rf %s; ip link del %s; true" % (pin_root, iface)]}}])
 
 
 def runner(image, job, play, ident, extra_vars=None):  # pylint: disable=redefined-outer-name

@@ -11,6 +11,7 @@ emulation, so every test is one playbook with few tasks; the veth pairs and
 all traffic stay inside the VM.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -113,6 +114,47 @@ def assert_rhythm(results, module):
     return steps[1]
 
 
+def role_task_result(out, role, name, host="vm"):
+    """host's result of the task called name in role (shown as "ROLE : name", the role possibly by its FQCN) in
+    ansible_playbook()'s output; a play's task of the same name (traffic.yml's include_role) does not count."""
+    for play in out["plays"]:
+        for task in play["tasks"]:
+            shown_role, sep, shown_name = task["task"]["name"].partition(" : ")
+            if sep and shown_name == name and shown_role.split(".")[-1] == role and host in task["hosts"]:
+                return task["hosts"][host]
+    raise KeyError("%s : %s" % (role, name))
+
+
+PKTGEN_LOADED = "test -d /proc/net/pktgen && echo loaded || echo absent"
+
+
+@contextlib.contextmanager
+def root_veth(work, prefix):
+    """A veth pair in the VM's own namespace, where xdp_rollout's gate reads the facts, and a pin root of its own:
+    (interface, pin_root); both removed afterwards. work: a local directory for the playbooks."""
+    tag = prefix + uuid.uuid4().hex[:6]
+    iface, peer = tag + "-a", tag + "-b"
+    pin_root = "%s/%s" % (PIN_ROOT_BASE, tag)
+    playbook(os.path.join(work, "up.yml"), [{"name": "Create a veth pair in the VM", "ansible.builtin.command": {
+        "argv": ["sh", "-ec", "ip link add %s type veth peer name %s; ip link set %s up; ip link set %s up"
+                 % (iface, peer, iface, peer)]}}])
+    try:
+        yield iface, pin_root
+    finally:
+        playbook(os.path.join(work, "down.yml"), [{"name": "Remove the pins and the veth pair",
+                                                   "ansible.builtin.command": {"argv": [
+                                                       "sh", "-c", "rm -rf %s; ip link del %s; true"
+                                                       % (pin_root, iface)]}}])
+
+
+def deploy_vars(iface, pin_root, program):
+    """deploy_xdp.yml's variables for the VM: one batch, no settling, program (an xdp_deploy_programs entry) on
+    iface; the image holds the toolchain already and the VM reaches no package mirror."""
+    return {"toolchain_apt_update_cache": False,
+            "xdp_rollout_batches": [1], "xdp_rollout_settle": 0, "xdp_rollout_rate_interval": 0,
+            "xdp_deploy_pin_root": pin_root, "xdp_deploy_programs": [dict(program, interface=iface)]}
+
+
 # The longest first: make test-vm runs these on two workers a test at a time (--dist load --maxschedchunk 1),
 # this one on one worker while the other three run on the other.
 @pytest.mark.debian12("lab", "pktgen_sender", "pktgen_receiver")
@@ -211,47 +253,22 @@ def test_xdp_program_and_facts_over_ssh(vm, tmp_path):
     assert prog["protocols"] == {"udp": 10, "tcp": 10}, prog
 
 
-def role_task_result(out, role, name, host="vm"):
-    """host's result of the task called name in role (shown as "ROLE : name", the role possibly by its FQCN) in
-    ansible_playbook()'s output; a play's task of the same name (traffic.yml's include_role) does not count."""
-    for play in out["plays"]:
-        for task in play["tasks"]:
-            shown_role, sep, shown_name = task["task"]["name"].partition(" : ")
-            if sep and shown_name == name and shown_role.split(".")[-1] == role and host in task["hosts"]:
-                return task["hosts"][host]
-    raise KeyError("%s : %s" % (role, name))
-
-
-PKTGEN_LOADED = "test -d /proc/net/pktgen && echo loaded || echo absent"
-
-
 @pytest.mark.debian12("toolchain", "toolchain_facts", "xdp_rollout", "xdp_deploy")
 def test_deploy_xdp_over_ssh_converges_then_changes_nothing(vm, tmp_path):
     """playbooks/deploy_xdp.yml from this controller over SSH, as an operator runs it (make test-ee runs it in the
     execution environment's image, through ansible-runner and ansible-navigator): the toolchain checked, the
     programs compiled here and converged there through the rollout, its gate reading the facts back; then the
-    re-run changes nothing. On a veth end in the VM's own namespace, where the gate reads the facts."""
-    tag = "dp" + uuid.uuid4().hex[:6]
-    iface, peer = tag + "-a", tag + "-b"
-    pin_root = "%s/%s" % (PIN_ROOT_BASE, tag)
-    playbook(str(tmp_path / "up.yml"), [{"name": "Create a veth pair in the VM", "ansible.builtin.command": {
-        "argv": ["sh", "-ec", "ip link add %s type veth peer name %s; ip link set %s up; ip link set %s up"
-                 % (iface, peer, iface, peer)]}}])
-    try:
+    re-run changes nothing."""
+    with root_veth(str(tmp_path), "dp") as (iface, pin_root):
         run_dir = os.path.join(ROOT, ".build", "vm")
         with open(os.path.join(run_dir, "port")) as f:
             port = int(f.read())
-        vm_vars = {
+        vm_vars = dict(deploy_vars(iface, pin_root, {"object": "xdp_drop_count", "mode": "native"}), **{
             "ansible_connection": "ansible.builtin.ssh", "ansible_host": "127.0.0.1", "ansible_port": port,
             "ansible_user": "root", "ansible_python_interpreter": "/usr/bin/python3",
             "ansible_ssh_private_key_file": os.path.join(run_dir, "id_ed25519"),
             "ansible_ssh_common_args": "-o StrictHostKeyChecking=yes -o HostKeyAlias=ebpf-xdp-vm "
-                                       "-o UserKnownHostsFile=%s" % os.path.join(run_dir, "known_hosts"),
-            "toolchain_apt_update_cache": False,
-            "xdp_rollout_batches": [1], "xdp_rollout_settle": 0, "xdp_rollout_rate_interval": 0,
-            "xdp_deploy_pin_root": pin_root,
-            "xdp_deploy_programs": [{"interface": iface, "object": "xdp_drop_count", "mode": "native"}],
-        }
+                                       "-o UserKnownHostsFile=%s" % os.path.join(run_dir, "known_hosts")})
         inventory = tmp_path / "hosts.yml"
         groups = {"xdp_hosts": {"hosts": {"vm": vm_vars}}, "xdp_senders": {"hosts": {}}}
         inventory.write_text(yaml.safe_dump({"all": {"children": groups}}))
@@ -265,7 +282,3 @@ def test_deploy_xdp_over_ssh_converges_then_changes_nothing(vm, tmp_path):
 
         again = ansible_playbook("-i", str(inventory), os.path.join(ROOT, "playbooks", "deploy_xdp.yml"))
         assert set(changed_by_host(again).values()) == {0}, changed_tasks(again)
-    finally:
-        playbook(str(tmp_path / "down.yml"), [{"name": "Remove the pins and the veth pair",
-                                               "ansible.builtin.command": {"argv": [
-                                                   "sh", "-c", "rm -rf %s; ip link del %s; true" % (pin_root, iface)]}}])

@@ -932,6 +932,13 @@ def listens(pid: int, port: int) -> bool:
     return False
 
 
+def holds_port(config: dict, config_path: str) -> bool:
+    """Whether the running exporter (its pid file's process, started with this configuration) holds the socket
+    listening on the configured port: asked of the kernel, not of the listener."""
+    pid = running_pid(config, config_path)
+    return bool(pid) and listens(pid, config["port"])
+
+
 def serving_us(config: dict, config_path: str) -> bool:
     """Whether what listens at the configured address is this service's exporter (a restart will free it).
 
@@ -940,8 +947,7 @@ def serving_us(config: dict, config_path: str) -> bool:
     have: there the listening socket must be the running exporter's.
     """
     if config["web_config_file"]:
-        pid = running_pid(config, config_path)
-        return bool(pid) and listens(pid, config["port"])
+        return holds_port(config, config_path)
     host = config["listen_address"]
     if host in ("0.0.0.0", ""):
         host = "127.0.0.1"
@@ -966,10 +972,9 @@ def check(config: dict, config_path: str, web_text: str | None = None) -> None:
         try:
             make_http_server(config, web_text).server_close()
         except ListenError:
-            # Asked of the kernel, not of the listener (serving_us): another process holding the port may accept
-            # and never answer, and a request would wait its whole timeout (the role's check took 10 s more).
-            pid = running_pid(config, config_path)
-            if not (pid and listens(pid, config["port"])):
+            # Not serving_us: another process holding the port may accept and never answer, and a request would
+            # wait its whole timeout (the role's check took 10 s more).
+            if not holds_port(config, config_path):
                 raise
 
 

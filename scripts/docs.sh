@@ -12,8 +12,12 @@ dest=.build/docs
 rm -rf "$dest"
 # antsibull-docs writes only into a directory that no one else can write to.
 mkdir -p .build && mkdir -m 0755 "$dest"
-antsibull-docs sphinx-init --use-current --fail-on-error --dest-dir "$dest" \
+# Its logging: problems on stderr and no ~/antsibull.log (docs/docsite/antsibull-logging.cfg), here and in the
+# configuration the build.sh it writes uses.
+logging=docs/docsite/antsibull-logging.cfg
+antsibull-docs --config-file "$logging" sphinx-init --use-current --fail-on-error --dest-dir "$dest" \
 	--project ebpf.xdp --title "ebpf.xdp: XDP and tc eBPF programs" ebpf.xdp >/dev/null
 cat docs/docsite/conf_offline.py >>"$dest/conf.py"
+cat "$logging" >>"$dest/antsibull-docs.cfg"
 bash "$dest/build.sh"
 echo "docs.sh: $PWD/$dest/build/html/index.html"

@@ -12,7 +12,7 @@ ROOT=$PWD
 export PATH=$ROOT/.venv/bin:$PATH ANSIBLE_CONFIG=$ROOT/ansible.cfg ANSIBLE_COLLECTIONS_PATH=$ROOT/.build/collections
 python scripts/docs_guides.py --check
 cd .build/collections/ansible_collections/ebpf/xdp
-antsibull-docs lint-collection-docs --plugin-docs .
+antsibull-docs --config-file "$ROOT/docs/docsite/antsibull-logging.cfg" lint-collection-docs --plugin-docs .
 dump=$(mktemp)
 trap 'rm -f "$dump"' EXIT
 ansible-doc --metadata-dump --no-fail-on-errors ebpf.xdp >"$dump"

@@ -8,7 +8,8 @@
 #     inside it), and beside it molecule, then sanity, lint and the docs' lint
 #  4. the integration tests marked quiet (rates, timing, snapshots of the
 #     whole host), the toolchain target, the benchmarks' smoke runs
-#  5. no copy of the collection installed into ~/.ansible by any step
+#  5. nothing left in the user's home by any step (no copy of the collection
+#     in ~/.ansible, no file or directory of any tool)
 # Not here: make test-long, make test-ee, make test-debian12 (README, "Tests").
 # Side by side pays only where a step leaves a CPU idle: test-vm beside the
 # integration tests made both slower (the emulated VM and the tests each
@@ -77,6 +78,25 @@ home_copy=${ANSIBLE_HOME:-$HOME/.ansible}/collections/ansible_collections/ebpf/x
 home_copy_before=$(stat -c %Y "$home_copy/MANIFEST.json" 2>/dev/null || echo absent)
 [[ $home_copy_before == absent ]] ||
 	echo "test.sh: $home_copy holds a copy of the collection from an earlier run; remove it"
+# Nor anything else: what the user's home holds at its top and in the
+# directories tools keep per user, before and after.
+home_entries() {
+	local dir
+	for dir in "$HOME" "$HOME"/{.ansible,.ansible_async,.cache,.config,.local,.local/share}; do
+		[[ ! -d $dir ]] || find "$dir" -mindepth 1 -maxdepth 1 -printf '%p\n'
+	done | sort
+}
+home_before=$(home_entries)
+# So the tools' per-user state goes under .build/test-home: Ansible's directory
+# (its temporary files, SSH control sockets and galaxy cache, and molecule's
+# scenario state, which follows ANSIBLE_HOME), the hosts' side of the local and
+# netns connections (remote_tmp and async job files: the lab's hosts are this
+# machine) and matplotlib's caches (the benchmark's plots). antsibull-docs logs
+# no ~/antsibull.log (scripts/docs.sh, docs_lint.sh) and Chromium gets a
+# profile of its own (test_docs_site.py).
+test_home=$PWD/.build/test-home
+export ANSIBLE_HOME=$test_home/ansible ANSIBLE_REMOTE_TMP=$test_home/ansible-remote/tmp \
+	ANSIBLE_ASYNC_DIR=$test_home/ansible-remote/async MPLCONFIGDIR=$test_home/matplotlib
 
 # The VM's disk image and molecule's container image (debootstrap: mostly
 # downloads and unpacking, ~150 s and ~100 s on a fresh machine), one after the
@@ -101,6 +121,12 @@ home_start=$SECONDS
 home_rc=0
 if [[ "$(stat -c %Y "$home_copy/MANIFEST.json" 2>/dev/null || echo absent)" != "$home_copy_before" ]]; then
 	echo "test.sh: a step installed a copy of the collection into $home_copy"
+	home_rc=1
+fi
+home_new=$(comm -13 <(echo "$home_before") <(home_entries))
+if [[ -n $home_new ]]; then
+	echo "test.sh: the steps left these in the user's home:"
+	echo "$home_new"
 	home_rc=1
 fi
 record home-untouched "$home_rc" $((SECONDS - home_start))

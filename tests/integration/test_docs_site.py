@@ -54,9 +54,12 @@ class Page(html.parser.HTMLParser):
 
 def chromium(*args):
     profile = tempfile.mkdtemp(prefix="ebpf_xdp_chromium.")
+    # Besides its profile, Chromium writes its crash reports and dconf's cache under the XDG directories, the
+    # user's home by default: make test leaves nothing there.
+    env = dict(os.environ, XDG_CONFIG_HOME=os.path.join(profile, "config"), XDG_CACHE_HOME=os.path.join(profile, "cache"))
     try:
         proc = subprocess.run([CHROMIUM, *FLAGS, "--user-data-dir=" + profile, *args], capture_output=True,
-                              text=True, timeout=120, check=False)
+                              text=True, timeout=120, check=False, env=env)
     finally:
         shutil.rmtree(profile, ignore_errors=True)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -117,6 +117,11 @@ def test_generator_counts_equal_receiver_counts(lab, engine, extra):
     assert table[1].split()[:5] == [lab.sender + "/eth0", lab.receiver + "/eth0", "xdp_trafficgen/" + engine,
                                     str(count), "%.0f" % row["sent_pps"]] and table[1].endswith("0.00%"), table
 
+    # The generator's job file is gone from the sender (the lab's hosts share this machine's file system and user).
+    job = task_results(out, "Start xdp_trafficgen")[lab.sender]["ansible_job_id"]
+    async_dir = os.environ.get("ANSIBLE_ASYNC_DIR", "~/.ansible_async")  # make test moves it out of the home
+    assert not os.path.exists(os.path.expanduser(os.path.join(async_dir, job))), job
+
     # The witness: the receiver's map itself, read apart from Ansible.
     after = rx_counts(lab.receiver)
     assert after.get(17, 0) - before.get(17, 0) == count and set(after) == {17}, (before, after)

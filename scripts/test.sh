@@ -91,12 +91,19 @@ home_before=$(home_entries)
 # (its temporary files, SSH control sockets and galaxy cache, and molecule's
 # scenario state, which follows ANSIBLE_HOME), the hosts' side of the local and
 # netns connections (remote_tmp and async job files: the lab's hosts are this
-# machine) and matplotlib's caches (the benchmark's plots). antsibull-docs logs
-# no ~/antsibull.log (scripts/docs.sh, docs_lint.sh) and Chromium gets a
-# profile of its own (test_docs_site.py).
+# machine) and matplotlib's caches (the benchmark's plots); the SSH control
+# sockets (~/.ansible/cp, whatever ANSIBLE_HOME says) in a private directory
+# short enough for a socket's path. antsibull-docs logs no ~/antsibull.log
+# (scripts/docs.sh, docs_lint.sh), Chromium gets a profile of its own
+# (test_docs_site.py), and molecule, whose podman driver keeps its async jobs
+# under $HOME whatever Ansible is told, a home of its own (below).
 test_home=$PWD/.build/test-home
+mkdir -p "$test_home"
+ssh_control_dir=$(mktemp -d "${TMPDIR:-/tmp}/ebpf-xdp-cp.XXXXXX")
+trap 'rm -rf "$ssh_control_dir"' EXIT
 export ANSIBLE_HOME=$test_home/ansible ANSIBLE_REMOTE_TMP=$test_home/ansible-remote/tmp \
-	ANSIBLE_ASYNC_DIR=$test_home/ansible-remote/async MPLCONFIGDIR=$test_home/matplotlib
+	ANSIBLE_ASYNC_DIR=$test_home/ansible-remote/async MPLCONFIGDIR=$test_home/matplotlib \
+	ANSIBLE_SSH_CONTROL_PATH_DIR=$ssh_control_dir
 
 # The VM's disk image and molecule's container image (debootstrap: mostly
 # downloads and unpacking, ~150 s and ~100 s on a fresh machine), one after the
@@ -110,7 +117,7 @@ step integration "${MAKE_STEP[@]}" integration-shared
 collect images
 
 beside test-vm bash scripts/test_vm.sh
-step molecule bash scripts/molecule.sh
+step molecule env HOME="$test_home/molecule" bash scripts/molecule.sh
 step sanity-and-lint bash -c "${MAKE_STEP[*]} sanity && ${MAKE_STEP[*]} lint && ${MAKE_STEP[*]} docs-lint"
 collect test-vm
 

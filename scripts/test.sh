@@ -88,8 +88,8 @@ home_entries() {
 }
 home_before=$(home_entries)
 # So the tools' per-user state goes under .build/test-home: Ansible's directory
-# (its temporary files, SSH control sockets and galaxy cache, and molecule's
-# scenario state, which follows ANSIBLE_HOME), the hosts' side of the local and
+# (its temporary files and galaxy cache, and molecule's scenario state, which
+# follows ANSIBLE_HOME), the hosts' side of the local and
 # netns connections (remote_tmp and async job files: the lab's hosts are this
 # machine) and matplotlib's caches (the benchmark's plots); the SSH control
 # sockets (~/.ansible/cp, whatever ANSIBLE_HOME says) in a private directory

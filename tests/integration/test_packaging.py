@@ -24,19 +24,17 @@ DEVELOPMENT = (".build", ".venv", ".ansible", ".ci", ".git", "tests", "molecule"
                "requirements-dev.txt", ".gitignore", ".ansible-lint")
 
 
-# Where Ansible keeps its per-user files, which make test points out of the user's home (scripts/test.sh): they say
-# nothing about how the collection behaves.
-WHERE_FILES_GO = ("ANSIBLE_HOME", "ANSIBLE_REMOTE_TMP", "ANSIBLE_ASYNC_DIR", "ANSIBLE_SSH_CONTROL_PATH_DIR")
-
-
-def user_env():
-    """The environment without the checkout's Ansible settings: what a user's machine sees."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_") or k in WHERE_FILES_GO}
+def user_env(cwd):
+    """What a user's machine sees: none of the checkout's Ansible settings, and a fresh home (in cwd, a directory of
+    the test's own) for what the tools keep per user: make test leaves nothing in the user's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env["HOME"] = os.path.join(cwd, "home")
+    return env
 
 
 def tool(name, *args, cwd):
     # Outside the checkout, without its ansible.cfg.
-    env = user_env()
+    env = user_env(cwd)
     proc = subprocess.run([os.path.join(BIN, name)] + list(args), cwd=cwd, env=env, capture_output=True, text=True,
                           check=False)
     assert proc.returncode == 0, "%s %s:\n%s\n%s" % (name, args, proc.stdout, proc.stderr)
@@ -77,10 +75,8 @@ def test_galaxy_importer_passes_the_artifact_with_no_warning(artifact, tmp_path)
     tarball, _names = artifact
     config = tmp_path / "galaxy-importer.cfg"
     config.write_text("[galaxy-importer]\nrun_ansible_test = False\nrun_ansible_lint = False\n")
-    env = user_env()
-    # A home of its own: the importer runs ansible-doc with ANSIBLE_LOCAL_TEMP=~/.ansible/tmp, whatever else is set.
-    env.update(GALAXY_IMPORTER_CONFIG=str(config), PATH=BIN + os.pathsep + env.get("PATH", ""),
-               HOME=str(tmp_path / "home"))
+    env = user_env(str(tmp_path))
+    env.update(GALAXY_IMPORTER_CONFIG=str(config), PATH=BIN + os.pathsep + env.get("PATH", ""))
     proc = subprocess.run([VENV_PYTHON, "-m", "galaxy_importer.main", tarball], cwd=str(tmp_path), env=env,
                           capture_output=True, text=True, check=False)
     output = proc.stdout + proc.stderr

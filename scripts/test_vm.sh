@@ -4,6 +4,7 @@
 #  1. the tests that reach it over SSH through Ansible (pytest --vm=only, here),
 #     but test_ee.py (make test-ee: make ee's image builds minutes on a fresh
 #     machine and its four runs took 236 s of make test's; --all includes it)
+#     and those marked long (--all only)
 #  2. the kernel-dependent integration tests (those marked kernel(feature),
 #     see tests/integration/kernel_features.py) inside it. Extra arguments go
 #     to that pytest (e.g. -k tcx, or test files: those instead of all of them).
@@ -116,7 +117,8 @@ if [[ -n $ssh_tests ]]; then
 	elif [[ -n $all ]]; then
 		ssh_select=(tests/integration)
 	else
-		ssh_select=(--ignore tests/integration/test_ee.py tests/integration)
+		# make test's: those marked long are make test-debian12's (--all) only.
+		ssh_select=(-m "not long" --ignore tests/integration/test_ee.py tests/integration)
 	fi
 	.venv/bin/python -m pytest -p no:cacheprovider -q -rxs --durations=10 --vm=only -n 2 --dist load --maxschedchunk 1 \
 		"${ssh_select[@]}" || rc=$?

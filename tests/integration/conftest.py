@@ -70,7 +70,7 @@ def pytest_configure(config):
                             "(tests/unit/test_debian12_subset.py)")
     config.addinivalue_line("markers", "long: the rest of a long matrix or a long multi-run test, which make test "
                             "leaves to make test-long (the cases it keeps take each path of the matrix once); make "
-                            "test-debian12 runs them on Debian 12's kernel, make test-vm does not")
+                            "test-debian12 runs them on Debian 12's kernel (the VM's over SSH among them), make test-vm does not")
 
 
 def pytest_sessionstart(session):

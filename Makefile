@@ -69,7 +69,7 @@ integration-shared:
 
 # The integration tests marked long, which make test leaves out: the rest of the migration's kill and fault
 # matrices, the sliced rollouts but one, a later batch's fault, two benchmark runs at once (tests/integration,
-# conftest's long marker).
+# conftest's long marker). Those that reach the VM over SSH run in make test-debian12.
 test-long: setup
 	$(PYTEST) -q -rxs --durations=25 --vm=without --module-start=fork -m long -n 3 --dist loadfile \
 		--no-loadscope-reorder --junitxml=.build/test-logs/test-long.xml tests/integration

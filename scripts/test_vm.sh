@@ -172,13 +172,14 @@ else
 	select="--durations=15 --kernel-dependent --ignore tests/integration/test_bcc_backend.py"
 	not_long=" and not long"
 fi
-# PYTHONUNBUFFERED: the progress shows as it comes (through SSH's pipe it would come in blocks).
+# PYTHONUNBUFFERED: the progress shows as it comes (through SSH's pipe it would come in blocks). tests/vm first on
+# PYTHONPATH: its sitecustomize keeps the byte code of what a module run through Ansible imports from its zip.
 in_vm() { # what, pytest arguments...
 	local what=$1
 	shift
 	say "pytest in the VM: $which $what${args}"
 	start=$SECONDS
-	$VM ssh "cd $DEST && PYTHONUNBUFFERED=1 PYTHONPATH=$VM_SITE:$DEST/.build/collections ANSIBLE_COLLECTIONS_PATH=$DEST/.build/collections \
+	$VM ssh "cd $DEST && PYTHONUNBUFFERED=1 PYTHONPATH=$DEST/tests/vm:$VM_SITE:$DEST/.build/collections ANSIBLE_COLLECTIONS_PATH=$DEST/.build/collections \
 	python3 -m pytest -p no:cacheprovider -q -rxs --vm=without --module-start=fork $select $* $paths$args" || {
 		local status=$?
 		# 5: pytest selected no test. Files given as arguments may have no quiet test (or only quiet ones).

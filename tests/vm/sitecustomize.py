@@ -6,9 +6,11 @@ where zipimport compiles each source again in every run and writes no byte code:
 emulation that was 0.6-1.3 s of each task (a six-task playbook there, with and without this file). Here a
 compiled module is kept under the hash of its source (and of the interpreter's byte-code format), so a module
 run compiles only a source no earlier run compiled: the code is what compile() makes of those bytes, only made
-once. The file name in the kept code is set again to the zip's
-path of this run, so tracebacks name the file that ran. (It shadows Debian's own sitecustomize, which only
-installs apport's hook, and Debian has no apport.)
+once. The file name in the kept code is set again to the zip's path of this run, so tracebacks name the file
+that ran. (It shadows Debian's own sitecustomize, which only installs apport's hook, and Debian has no apport.)
+
+The checked directory and the atomic write are the collection's host/files.write_atomically in small: that
+cannot be imported here, where this code runs in the middle of an import from the same zip that holds it.
 """
 
 import _imp

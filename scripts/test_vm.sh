@@ -33,7 +33,11 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
 source scripts/lib.sh
 VM="bash scripts/vm.sh"
-DEST=/root/ebpf_xdp # where the VM gets the checkout
+# Where the VM gets the checkout: at its path here, so that a path in a test's Ansible run means the same file on the
+# controller here (tests/vm/host_controller.py) as in the VM. The VM's disk is a throw-away snapshot.
+DEST=$PWD
+# The tests' temporary files in the VM (TMPDIR), mounted here at the same path for that controller.
+VM_TMP=/var/tmp/ebpf-xdp-vm-tests
 SITE=.build/vm-site # the packages for the VM's Python
 SITE_IMG=$SITE.img   # the same as a disk image, attached to the VM read-only
 VM_SITE=/mnt/ebpf-xdp-site # where the VM mounts it
@@ -150,6 +154,35 @@ mkdir -p $DEST/.build/collections/ansible_collections/ebpf
 ln -sfn $DEST $DEST/.build/collections/ansible_collections/ebpf/xdp
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf"
 
+# The controller here for the files of conftest's HOST_CONTROLLED (tests/vm/host_controller.py says why): the
+# interpreter those connections run enters it (as the
+# ebpf.xdp.netns connection does; with tests/vm on PYTHONPATH, as the VM's tests have), the tests' temporary
+# files are seen here at their path, and the server listens on a socket that each pytest run in the VM gets
+# forwarded.
+$VM ssh "set -e
+mkdir -p /usr/local/libexec/ebpf-xdp-tests
+printf '%s\n' '#!/bin/sh' 'export PYTHONPATH=$DEST/tests/vm' \
+	'[ -n \"\${EBPF_XDP_NETNS:-}\" ] || exec /usr/bin/python3 \"\$@\"' \
+	'exec nsenter --net=/run/netns/\"\$EBPF_XDP_NETNS\" -- /usr/bin/python3 \"\$@\"' \
+	>/usr/local/libexec/ebpf-xdp-tests/python
+chmod 0755 /usr/local/libexec/ebpf-xdp-tests/python
+rm -rf $VM_TMP $VM_TMP.controller.* && mkdir -m 0700 $VM_TMP"
+controller_dir=$(mktemp -d "${TMPDIR:-/tmp}/ebpf-xdp-controller.XXXXXX")
+# The VM's end of the socket, new for each run: SSH's master connection keeps a forward it was asked for.
+controller_vm=$VM_TMP.controller.${controller_dir##*.}
+mkdir -p "$VM_TMP"
+$VM sshfs "$VM_TMP"
+.venv/bin/python tests/vm/host_controller.py "$controller_dir/socket" "$PWD/.build/vm" &
+controller_pid=$!
+# shellcheck disable=SC2317 # called by the EXIT trap
+stop_controller() {
+	kill "$controller_pid" 2>/dev/null || true
+	fusermount3 -u "$VM_TMP" 2>/dev/null || true
+	rmdir "$VM_TMP" 2>/dev/null || true
+	rm -rf "$controller_dir"
+}
+trap 'stop_controller; [[ -z $booted ]] || $VM down' EXIT
+
 # Test files or node ids among the extra arguments run instead of tests/integration (e.g. the files that failed).
 args=""
 paths=tests/integration
@@ -179,7 +212,8 @@ in_vm() { # what, pytest arguments...
 	shift
 	say "pytest in the VM: $which $what${args}"
 	start=$SECONDS
-	$VM ssh "cd $DEST && PYTHONUNBUFFERED=1 PYTHONPATH=$DEST/tests/vm:$VM_SITE:$DEST/.build/collections ANSIBLE_COLLECTIONS_PATH=$DEST/.build/collections \
+	$VM ssh -R "$controller_vm:$controller_dir/socket" "cd $DEST && TMPDIR=$VM_TMP \
+	EBPF_XDP_HOST_CONTROLLER=$controller_vm PYTHONUNBUFFERED=1 PYTHONPATH=$DEST/tests/vm:$VM_SITE:$DEST/.build/collections ANSIBLE_COLLECTIONS_PATH=$DEST/.build/collections \
 	python3 -m pytest -p no:cacheprovider -q -rxs --vm=without --module-start=fork $select $* $paths$args" || {
 		local status=$?
 		# 5: pytest selected no test. Files given as arguments may have no quiet test (or only quiet ones).

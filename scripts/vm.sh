@@ -4,7 +4,10 @@
 #   bash scripts/vm.sh up       build the disk image if needed, boot, wait for SSH
 #   bash scripts/vm.sh down     power the VM off and remove its runtime files
 #   bash scripts/vm.sh status   say whether it is up (exit 0) or not (exit 3)
-#   bash scripts/vm.sh ssh [CMD...]   a root shell (or one command) in the VM
+#   bash scripts/vm.sh ssh [-R VM_SOCKET:SOCKET] [CMD...]   a root shell (or one
+#                               command) in the VM; -R forwards a socket of the VM to one here
+#   bash scripts/vm.sh sshfs DIR   the VM's directory DIR mounted at the same path
+#                               here (fusermount3 -u DIR unmounts it)
 #   bash scripts/vm.sh build    only build the image (when its recipe changed)
 # `up` and `down` are idempotent: `up` on a running VM only checks that SSH
 # answers, `down` on a stopped one does nothing.
@@ -157,6 +160,10 @@ configure_rootfs() {
 		PasswordAuthentication no
 		KbdInteractiveAuthentication no
 		UseDNS no
+		# make test-debian12's controller on the host (tests/vm/host_controller.py): each
+		# lab namespace has its own master connection, which names it.
+		AcceptEnv EBPF_XDP_NETNS
+		MaxSessions 100
 	EOF
 	rm -f "$dir"/etc/ssh/ssh_host_{rsa,ecdsa}_key{,.pub}
 
@@ -379,7 +386,19 @@ status)
 ssh)
 	shift
 	vm_pid >/dev/null || { say "down (bring it up with make vm-up)" >&2 && exit 3; }
-	if [[ -t 0 ]]; then ssh_vm -t -- "$@"; else ssh_vm -- "$@"; fi
+	opts=()
+	[[ ${1:-} != -R ]] || { opts+=(-R "$2") && shift 2; }
+	if [[ -t 0 ]]; then ssh_vm -t "${opts[@]}" -- "$@"; else ssh_vm "${opts[@]}" -- "$@"; fi
+	;;
+sshfs)
+	vm_pid >/dev/null || { say "down (bring it up with make vm-up)" >&2 && exit 3; }
+	ensure_apt_packages vm.sh sshfs
+	# Over the one SSH connection (ssh_vm's); without caches, as the other side changes the files: each
+	# operation asks the VM.
+	sshfs -o ssh_command="ssh -i $RUN/id_ed25519 -p $PORT -o BatchMode=yes -o ControlMaster=auto \
+-o ControlPath=$RUN/ssh-mux -o ControlPersist=300 -o HostKeyAlias=$NAME -o UserKnownHostsFile=$RUN/known_hosts \
+-o StrictHostKeyChecking=yes -o LogLevel=ERROR" -o dir_cache=no -o attr_timeout=0 -o entry_timeout=0 \
+		-o negative_timeout=0 "root@127.0.0.1:$2" "$2"
 	;;
 *)
 	sed -n '2,10s/^# \{0,1\}//p' "$0" >&2

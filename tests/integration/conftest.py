@@ -291,10 +291,28 @@ def sh(*argv, check=True):
     return subprocess.run(argv, check=check, capture_output=True, text=True)
 
 
+# The files whose Ansible runs make test-debian12 makes on the machine that runs the VM (its controller there,
+# tests/vm/host_controller.py, where the VM's run gives EBPF_XDP_HOST_CONTROLLER): chains of playbooks, each task
+# ~1.5-2 s of controller work under emulation. Their own checks still read the VM.
+HOST_CONTROLLED = ("test_lab.py", "test_rollout.py", "test_traffic_roles.py", "test_role_input.py",
+                   "test_xdp_metrics.py")
+_HOST_CONTROLLED_NOW = [False]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before the item's fixtures: whether its file's Ansible runs go to the host's controller (kept for the
+    teardown of its module's fixtures, which comes before the next item's setup)."""
+    _HOST_CONTROLLED_NOW[0] = os.path.basename(str(item.path)) in HOST_CONTROLLED
+
+
 def ansible_cli(name):
     """The argv that starts Ansible's command `name` (ansible, ansible-playbook, ansible-inventory): the venv's
     script, or, inside the lab's VM (make test-vm, make test-debian12), where ansible-core is on PYTHONPATH without
-    its scripts, its module entry (python -m ansible playbook)."""
+    its scripts, its module entry (python -m ansible playbook), or for a file of HOST_CONTROLLED there,
+    tests/vm/host_ansible.py (the same command on the host's controller)."""
+    if _HOST_CONTROLLED_NOW[0] and os.environ.get("EBPF_XDP_HOST_CONTROLLER"):
+        return [sys.executable, os.path.join(ROOT, "tests", "vm", "host_ansible.py"), name]
     script = os.path.join(os.path.dirname(VENV_PYTHON), name)
     if os.path.exists(script):
         return [script]

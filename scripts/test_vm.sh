@@ -36,8 +36,9 @@ VM="bash scripts/vm.sh"
 # Where the VM gets the checkout: at its path here, so that a path in a test's Ansible run means the same file on the
 # controller here (tests/vm/host_controller.py) as in the VM. The VM's disk is a throw-away snapshot.
 DEST=$PWD
-# The tests' temporary files in the VM (TMPDIR), mounted here at the same path for that controller.
-VM_TMP=/var/tmp/ebpf-xdp-vm-tests
+# The tests' temporary files in the VM (TMPDIR), mounted here at the same path for that controller (one path per
+# checkout: another's VM may be up).
+VM_TMP=/var/tmp/ebpf-xdp-vm-$(printf %s "$PWD" | md5sum | cut -c1-8)
 SITE=.build/vm-site # the packages for the VM's Python
 SITE_IMG=$SITE.img   # the same as a disk image, attached to the VM read-only
 VM_SITE=/mnt/ebpf-xdp-site # where the VM mounts it
@@ -154,11 +155,10 @@ mkdir -p $DEST/.build/collections/ansible_collections/ebpf
 ln -sfn $DEST $DEST/.build/collections/ansible_collections/ebpf/xdp
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf"
 
-# The controller here for the files of conftest's HOST_CONTROLLED (tests/vm/host_controller.py says why): the
-# interpreter those connections run enters it (as the
-# ebpf.xdp.netns connection does; with tests/vm on PYTHONPATH, as the VM's tests have), the tests' temporary
-# files are seen here at their path, and the server listens on a socket that each pytest run in the VM gets
-# forwarded.
+# The controller here for the files of conftest's HOST_CONTROLLED (tests/vm/host_controller.py says why). In the
+# VM: the interpreter its SSH connections run, which enters the namespace a connection names (as the ebpf.xdp.netns
+# connection does; with tests/vm on PYTHONPATH, as the VM's tests have). Here: the tests' temporary files at their
+# path, and the server, on a socket that each pytest run in the VM gets forwarded.
 $VM ssh "set -e
 mkdir -p /usr/local/libexec/ebpf-xdp-tests
 printf '%s\n' '#!/bin/sh' 'export PYTHONPATH=$DEST/tests/vm' \

@@ -166,6 +166,12 @@ printf '%s\n' '#!/bin/sh' 'export PYTHONPATH=$DEST/tests/vm' \
 	'exec nsenter --net=/run/netns/\"\$EBPF_XDP_NETNS\" -- /usr/bin/python3 \"\$@\"' \
 	>/usr/local/libexec/ebpf-xdp-tests/python
 chmod 0755 /usr/local/libexec/ebpf-xdp-tests/python
+mkdir -p /usr/local/libexec/ebpf-xdp-tests/bin
+for name in ansible ansible-playbook ansible-inventory ansible-runner; do
+	printf '%s\n' '#!/bin/sh' \"exec python3 $DEST/tests/vm/host_ansible.py \$name \\\"\\\$@\\\"\" \
+		>/usr/local/libexec/ebpf-xdp-tests/bin/\$name
+	chmod 0755 /usr/local/libexec/ebpf-xdp-tests/bin/\$name
+done
 rm -rf $VM_TMP $VM_TMP.controller.* && mkdir -m 0700 $VM_TMP"
 controller_dir=$(mktemp -d "${TMPDIR:-/tmp}/ebpf-xdp-controller.XXXXXX")
 # The VM's end of the socket, new for each run: SSH's master connection keeps a forward it was asked for.
@@ -213,7 +219,7 @@ in_vm() { # what, pytest arguments...
 	say "pytest in the VM: $which $what${args}"
 	start=$SECONDS
 	$VM ssh -R "$controller_vm:$controller_dir/socket" "cd $DEST && TMPDIR=$VM_TMP \
-	EBPF_XDP_HOST_CONTROLLER=$controller_vm PYTHONUNBUFFERED=1 PYTHONPATH=$DEST/tests/vm:$VM_SITE:$DEST/.build/collections ANSIBLE_COLLECTIONS_PATH=$DEST/.build/collections \
+	EBPF_XDP_HOST_CONTROLLER=$controller_vm EBPF_XDP_ANSIBLE_BIN=/usr/local/libexec/ebpf-xdp-tests/bin PYTHONUNBUFFERED=1 PYTHONPATH=$DEST/tests/vm:$VM_SITE:$DEST/.build/collections ANSIBLE_COLLECTIONS_PATH=$DEST/.build/collections \
 	python3 -m pytest -p no:cacheprovider -q -rxs --vm=without --module-start=fork $select $* $paths$args" || {
 		local status=$?
 		# 5: pytest selected no test. Files given as arguments may have no quiet test (or only quiet ones).

@@ -294,6 +294,7 @@ def sh(*argv, check=True):
 # The files whose Ansible runs make test-debian12 makes on the machine that runs the VM (its controller there,
 # tests/vm/host_controller.py, where the VM's run gives EBPF_XDP_HOST_CONTROLLER): chains of playbooks, each task
 # ~1.5-2 s of controller work under emulation. Their own checks still read the VM.
+# (test_rollout_slices.py's ansible-runner jobs go there too, through tests/benchmarks/harness's BIN.)
 HOST_CONTROLLED = ("test_lab.py", "test_rollout.py", "test_traffic_roles.py", "test_role_input.py",
                    "test_xdp_metrics.py")
 _HOST_CONTROLLED_NOW = [False]

@@ -4,7 +4,8 @@ Inside the emulated VM, half of every Ansible task is the controller's own work 
 result: ~1.5-2 s a task there). The tests of the files in conftest's HOST_CONTROLLED run inside the VM as the rest
 do, and check the VM's kernel and files themselves, but their ansible, ansible-playbook and ansible-inventory runs
 are made here, by this server, on the venv's ansible-core, against the VM over SSH (tests/vm/host_ansible.py is
-their client there, through a Unix socket that scripts/test_vm.sh forwards into the VM).
+their client there, through a Unix socket that scripts/test_vm.sh forwards into the VM), and so are the
+ansible-runner jobs of tests/benchmarks/slices.py (test_rollout_slices.py).
 
 What makes a run here the same run as inside the VM:
 - the same paths: the VM's checkout is at this checkout's path, and the tests' temporary files (TMPDIR in the
@@ -30,7 +31,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)
-COMMANDS = ("ansible", "ansible-playbook", "ansible-inventory")
+COMMANDS = ("ansible", "ansible-playbook", "ansible-inventory", "ansible-runner")
 # In the VM (scripts/test_vm.sh writes it).
 INTERPRETER = "/usr/local/libexec/ebpf-xdp-tests/python"
 # The namespace a host is (a Jinja expression): none for localhost. inventory_hostname_short, not inventory_hostname:
@@ -59,6 +60,20 @@ def connection_vars(run_dir):
     }
 
 
+def with_connection_vars(name, args, vars_file):
+    """args with the connection variables' file as the last extra vars: ansible-runner passes them on to
+    ansible-playbook in --cmdline; ansible-inventory shows the inventory as it is."""
+    extra = "-e @" + vars_file
+    if name == "ansible-inventory":
+        return args
+    if name != "ansible-runner":
+        return args + extra.split(" ", 1)
+    if "--cmdline" not in args:
+        return args + ["--cmdline", extra]
+    at = args.index("--cmdline") + 1
+    return args[:at] + [args[at] + " " + extra] + args[at + 1:]
+
+
 class Handler(socketserver.StreamRequestHandler):
     def handle(self):
         request = json.loads(self.rfile.readline())
@@ -66,9 +81,7 @@ class Handler(socketserver.StreamRequestHandler):
         if name not in COMMANDS:
             reply = {"rc": 2, "stdout": "", "stderr": "host_controller.py: %r is not one of %s\n" % (name, COMMANDS)}
         else:
-            argv = [os.path.join(BIN, name)] + request["args"]
-            if name != "ansible-inventory":
-                argv += ["-e", "@" + self.server.vars_file]
+            argv = [os.path.join(BIN, name)] + with_connection_vars(name, request["args"], self.server.vars_file)
             # The test's Ansible settings (paths are the same here), this machine's environment for the rest.
             env = dict(os.environ, ANSIBLE_HOME=os.environ.get("ANSIBLE_HOME", self.server.ansible_home))
             env.update((k, v) for k, v in request["env"].items() if k.startswith("ANSIBLE_"))

@@ -11,7 +11,9 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-BIN = os.path.join(ROOT, ".venv", "bin")
+# Inside the Debian 12 VM (make test-debian12, test_rollout_slices.py), which has no venv: the same commands made
+# by the controller on the machine that runs it (scripts/test_vm.sh, tests/vm/host_controller.py).
+BIN = os.environ.get("EBPF_XDP_ANSIBLE_BIN") or os.path.join(ROOT, ".venv", "bin")
 COLLECTIONS = os.path.join(ROOT, ".build", "collections")
 # The json callback: one document per run, results by play, task and host.
 ENV = dict(os.environ, ANSIBLE_CONFIG=os.path.join(ROOT, "ansible.cfg"), ANSIBLE_COLLECTIONS_PATH=COLLECTIONS,

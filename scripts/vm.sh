@@ -335,11 +335,13 @@ up() {
 				-device "virtio-blk-pci,drive=$(basename "$disk" .img),serial=$(basename "$disk" .img),addr=$(printf 0x%x $slot)")
 			slot=$((slot + 1))
 		done
+		# loglevel=5 after quiet: the stack of a kernel warning, lockup or oops reaches the console log (a soft
+		# lockup on 6.1 in make test-debian12 left only its one-line reports there).
 		qemu-system-x86_64 -name "$NAME,process=$NAME" \
 			-machine q35 -accel tcg -cpu max -smp "$CPUS" -m "$MEMORY" \
 			-nodefaults -no-user-config -display none \
 			-kernel "$IMAGE.vmlinuz" -initrd "$IMAGE.initrd" \
-			-append "root=/dev/vda rw console=ttyS0 fsck.mode=skip quiet ebpf_xdp.authorized_key=$key" \
+			-append "root=/dev/vda rw console=ttyS0 fsck.mode=skip quiet loglevel=5 ebpf_xdp.authorized_key=$key" \
 			-drive "file=$IMAGE.img,format=raw,if=virtio,snapshot=on,cache=unsafe" "${disks[@]}" \
 			-netdev "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:$PORT-:22" \
 			-device "virtio-net-pci,netdev=net0,mac=$MAC,romfile=" \
@@ -401,7 +403,7 @@ sshfs)
 		-o negative_timeout=0 "root@127.0.0.1:$2" "$2"
 	;;
 *)
-	sed -n '2,10s/^# \{0,1\}//p' "$0" >&2
+	sed -n '2,13s/^# \{0,1\}//p' "$0" >&2
 	exit 2
 	;;
 esac

@@ -7,7 +7,7 @@ attached alone, run by BPF_PROG_TEST_RUN (ns per packet).
 Needs a kernel where the dispatcher works (freplace programs): this development machine's does not, so
 make test-vm runs the smoke inside the Debian 12 VM, and the full run goes there too:
     bash scripts/vm.sh up && (copy the checkout as scripts/test_vm.sh does) &&
-    bash scripts/vm.sh ssh "cd /root/ebpf_xdp && python3 tests/benchmarks/dispatcher.py"
+    bash scripts/vm.sh ssh "cd $PWD && python3 tests/benchmarks/dispatcher.py"   (the copy is at this checkout's path)
 (under the VM's software emulation every figure is slower than on hardware; the ratios are what compare).
 
 The program is xdp_drop_count told to pass (count per protocol, XDP_PASS). For each number of programs N, N

@@ -268,6 +268,15 @@ vm_pid() {
 
 # ssh_vm [SSH_OPTION...] -- [CMD...]: ssh into the VM as root (with its key,
 # and its host key checked).
+# ssh_options: the options of every SSH connection into the VM (ssh_vm's, sshfs's) after the caller's. One
+# connection, kept 5 min after its last use, carries every session: a new one costs 12-14 s of key exchange under
+# emulation on a loaded host, a session over it under a second.
+ssh_options() {
+	echo -i "$RUN/id_ed25519" -p "$PORT" -o BatchMode=yes -o ControlMaster=auto -o ControlPath="$RUN/ssh-mux" \
+		-o ControlPersist=300 -o HostKeyAlias="$NAME" -o UserKnownHostsFile="$RUN/known_hosts" \
+		-o StrictHostKeyChecking=yes -o LogLevel=ERROR
+}
+
 ssh_vm() {
 	local opts=()
 	while (($#)) && [[ $1 != -- ]]; do opts+=("$1") && shift; done
@@ -275,12 +284,8 @@ ssh_vm() {
 	# ConnectTimeout bounds the banner exchange too: under emulation on a loaded host sshd takes more than 5 s
 	# to answer (make test-debian12's copy step failed so), so 5 s only while waiting for the boot (wait_for
 	# tries again). ssh takes the first value given for an option: the caller's come first.
-	# One connection, kept 5 min after its last use, carries every session: a new one costs 12-14 s of key
-	# exchange under emulation on a loaded host, a session over it under a second.
-	ssh -i "$RUN/id_ed25519" -p "$PORT" "${opts[@]}" -o BatchMode=yes -o ConnectTimeout=120 \
-		-o ControlMaster=auto -o ControlPath="$RUN/ssh-mux" -o ControlPersist=300 \
-		-o HostKeyAlias="$NAME" -o UserKnownHostsFile="$RUN/known_hosts" \
-		-o StrictHostKeyChecking=yes -o LogLevel=ERROR root@127.0.0.1 "$@"
+	# shellcheck disable=SC2046 # one option per word: the checkout's path has no space (sshfs splits it so too)
+	ssh "${opts[@]}" -o ConnectTimeout=120 $(ssh_options) root@127.0.0.1 "$@"
 }
 
 port_busy() { ss -Htln "sport = :$1" | grep -q .; }
@@ -397,9 +402,7 @@ sshfs)
 	ensure_apt_packages vm.sh sshfs
 	# Over the one SSH connection (ssh_vm's); without caches, as the other side changes the files: each
 	# operation asks the VM.
-	sshfs -o ssh_command="ssh -i $RUN/id_ed25519 -p $PORT -o BatchMode=yes -o ControlMaster=auto \
--o ControlPath=$RUN/ssh-mux -o ControlPersist=300 -o HostKeyAlias=$NAME -o UserKnownHostsFile=$RUN/known_hosts \
--o StrictHostKeyChecking=yes -o LogLevel=ERROR" -o dir_cache=no -o attr_timeout=0 -o entry_timeout=0 \
+	sshfs -o ssh_command="ssh $(ssh_options)" -o dir_cache=no -o attr_timeout=0 -o entry_timeout=0 \
 		-o negative_timeout=0 "root@127.0.0.1:$2" "$2"
 	;;
 *)

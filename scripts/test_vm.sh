@@ -204,12 +204,15 @@ done
 if [[ -n $all ]]; then
 	which="every integration test but the controller's (${CONTROLLER_ONLY[*]})"
 	select="--durations=25"
+	# A line per test as it ends: should the VM's kernel stop answering, the log says how far each worker got.
+	progress=-v
 	not_long=
 	for name in "${CONTROLLER_ONLY[@]}"; do select+=" --ignore tests/integration/$name"; done
 else
 	which="the kernel-dependent tests"
 	select="--durations=15 --kernel-dependent --ignore tests/integration/test_bcc_backend.py"
 	not_long=" and not long"
+	progress=-q
 fi
 # PYTHONUNBUFFERED: the progress shows as it comes (through SSH's pipe it would come in blocks). tests/vm first on
 # PYTHONPATH: its sitecustomize keeps the byte code of what a module run through Ansible imports from its zip.
@@ -220,7 +223,7 @@ in_vm() { # what, pytest arguments...
 	start=$SECONDS
 	$VM ssh -R "$controller_vm:$controller_dir/socket" "cd $DEST && TMPDIR=$VM_TMP \
 	EBPF_XDP_HOST_CONTROLLER=$controller_vm EBPF_XDP_ANSIBLE_BIN=/usr/local/libexec/ebpf-xdp-tests/bin PYTHONUNBUFFERED=1 PYTHONPATH=$DEST/tests/vm:$VM_SITE:$DEST/.build/collections ANSIBLE_COLLECTIONS_PATH=$DEST/.build/collections \
-	python3 -m pytest -p no:cacheprovider -q -rxs --vm=without --module-start=fork $select $* $paths$args" || {
+	python3 -m pytest -p no:cacheprovider $progress -rxs --vm=without --module-start=fork $select $* $paths$args" || {
 		local status=$?
 		# 5: pytest selected no test. Files given as arguments may have no quiet test (or only quiet ones).
 		[[ $status == 5 && -z $paths ]] || rc=$status

@@ -132,7 +132,9 @@ def write_inventory(directory, prefix, receivers):
 def traffic(directory, action, rate):
     with open(os.path.join(directory, "group_vars", "all.yml"), encoding="utf-8") as f:
         sender = yaml.safe_load(f)["fleet_sender"]
-    pid_file = os.path.join(directory, "traffic.pid")
+    # A dot file: Ansible reads every other file of an inventory directory as inventory (this one as a host named
+    # by the pid, which a run on "all" then tries to reach).
+    pid_file = os.path.join(directory, ".traffic.pid")
     stop(pid_file)
     if action == "start":
         # The limited broadcast out of eth0 needs no route, address or neighbour on the receivers.

@@ -644,8 +644,10 @@ def test_exporter_in_a_namespace_serves_its_loopback_and_leaves_with_it(pair, ru
         assert changed(exp.role()) > 0
         pid = exp.pid()
         pair.burst(run, count=200, protocols=("udp",))
-        text = sh("ip", "netns", "exec", pair.rx, "curl", "-sf", "--noproxy", "*",
-                  "http://127.0.0.1:%d/metrics" % exp.port).stdout
+        # Python, not curl: the Debian 12 VM's image has no curl.
+        text = sh("ip", "netns", "exec", pair.rx, SYSTEM_PYTHON, "-c",
+                  "import sys, urllib.request as u; sys.stdout.write(u.build_opener(u.ProxyHandler({}))"
+                  ".open('http://127.0.0.1:%d/metrics', timeout=10).read().decode())" % exp.port).stdout
         assert value(text, "ebpf_xdp_packets_total", netns=pair.rx, proto="udp") == 200
         assert {dict(k)["netns"] for k in series(text, "ebpf_xdp_netns_up")} == {pair.rx}
         with pytest.raises(OSError):
@@ -976,17 +978,46 @@ def test_systemd_unit_is_hardened(workdir):
     assert score <= MAX_EXPOSURE, score
 
 
+# What MemoryDenyWriteExecute= asks of the kernel, as systemd does it: prctl PR_SET_MDWE where the kernel has it
+# (Linux 6.3), else a seccomp filter refusing memory both writable and executable (mmap with PROT_WRITE and
+# PROT_EXEC, mprotect and pkey_mprotect adding PROT_EXEC) with EPERM; then proved by such an mmap failing.
+# x86-64 only (the machines and the VM): seccomp_data's arch at 4, nr at 0, the low half of args[2] at 32.
+DENY_WRITE_EXECUTE = """
+import ctypes, errno, mmap
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.prctl(65, 1, 0, 0, 0) != 0:
+    assert ctypes.get_errno() == errno.EINVAL, 'PR_SET_MDWE: %s' % errno.errorcode[ctypes.get_errno()]
+    class Insn(ctypes.Structure):
+        _fields_ = [('code', ctypes.c_uint16), ('jt', ctypes.c_uint8), ('jf', ctypes.c_uint8), ('k', ctypes.c_uint32)]
+    class Prog(ctypes.Structure):
+        _fields_ = [('len', ctypes.c_ushort), ('filter', ctypes.POINTER(Insn))]
+    LD, JEQ, AND, RET, ALLOW, EPERM = 0x20, 0x15, 0x54, 0x06, 0x7fff0000, 0x50000 | errno.EPERM
+    insns = [(LD, 0, 0, 4), (JEQ, 0, 10, 0xC000003E), (LD, 0, 0, 0),
+             (JEQ, 2, 0, 9), (JEQ, 4, 0, 10), (JEQ, 3, 6, 329),
+             (LD, 0, 0, 32), (AND, 0, 0, 6), (JEQ, 4, 3, 6),
+             (LD, 0, 0, 32), (AND, 0, 0, 4), (JEQ, 1, 0, 4),
+             (RET, 0, 0, ALLOW), (RET, 0, 0, EPERM)]
+    table = (Insn * len(insns))(*[Insn(*insn) for insn in insns])
+    assert libc.prctl(22, 2, ctypes.byref(Prog(len(insns), table)), 0, 0) == 0, 'seccomp: %d' % ctypes.get_errno()
+try:
+    mmap.mmap(-1, 4096, prot=mmap.PROT_WRITE | mmap.PROT_EXEC)
+    raise AssertionError('memory both writable and executable was given')
+except PermissionError:
+    pass
+"""
+
+
 def bounded_once(pin_root, caps, read_only_bpffs=True):
     """One --once exposition of the checkout's exporter run as the unit runs it: root with only `caps` (its
     CapabilityBoundingSet, as systemd bounds it), no new privileges, writable+executable memory denied
-    (prctl PR_SET_MDWE, what MemoryDenyWriteExecute= asks of seccomp), and bpffs mounted read-only
-    (ProtectSystem=strict): (exit code, stdout, stderr)."""
+    (DENY_WRITE_EXECUTE, MemoryDenyWriteExecute=), and bpffs mounted read-only (ProtectSystem=strict):
+    (exit code, stdout, stderr)."""
     config = {"service": "bounded", "pin_root": pin_root, "port": 9, "pid_file": "/dev/null"}
     exporter = os.path.join(ROOT, "roles", "xdp_metrics", "files", "ebpf_xdp_exporter.py")
-    inner = ("import ctypes, os, sys\n"
-             "assert ctypes.CDLL(None, use_errno=True).prctl(65, 1, 0, 0, 0) == 0, 'PR_SET_MDWE'\n"
-             "os.execv(sys.executable, [sys.executable, '-s', %r, '--config', '/dev/null', '--config-json', %r, "
-             "'--once'])\n" % (exporter, json.dumps(config)))
+    inner = DENY_WRITE_EXECUTE + (
+        "import os, sys\n"
+        "os.execv(sys.executable, [sys.executable, '-s', %r, '--config', '/dev/null', '--config-json', %r, "
+        "'--once'])\n" % (exporter, json.dumps(config)))
     bounded = ["setpriv", "--no-new-privs", "--inh-caps=-all",
                "--bounding-set", ",".join(["-all"] + ["+" + cap.lower()[len("cap_"):] for cap in caps]),
                SYSTEM_PYTHON, "-c", inner]

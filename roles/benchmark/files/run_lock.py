@@ -71,11 +71,18 @@ def _parent(pid: int) -> int:
         return 0
 
 
+def _is_ansible_playbook(argv: list[str]) -> bool:
+    """ansible-playbook, run as its script (directly or by its interpreter) or as `python -m ansible playbook`
+    (where ansible-core has no scripts on the PATH, as in the lab's VM)."""
+    return (any(os.path.basename(arg) == "ansible-playbook" for arg in argv[:2])
+            or argv[1:4] == ["-m", "ansible", "playbook"])
+
+
 def holder() -> dict:
     """This run: the outermost ansible-playbook above this process (its workers are forks of it)."""
     playbook, pid = None, os.getppid()
     while pid > 1:
-        if any(os.path.basename(arg) == "ansible-playbook" for arg in _cmdline(pid)[:2]):
+        if _is_ansible_playbook(_cmdline(pid)):
             playbook = pid
         pid = _parent(pid)
     playbook = playbook or os.getppid()

@@ -152,12 +152,22 @@ def test_never_through_a_link_nor_in_a_directory_others_may_write(lock, tmp_path
     assert os.listdir(os.path.dirname(lock)) == []
 
 
-def test_the_holder_is_the_outermost_ansible_playbook_above(tmp_path):
-    """Run as a task runs it: under a process whose command is ansible-playbook (and one of its forks)."""
-    fake = tmp_path / "ansible-playbook"
-    fake.write_text("import subprocess, sys\nsys.exit(subprocess.run([sys.executable, %r, 'holder'], check=True)"
-                    ".returncode)\n" % SCRIPT)
-    playbook = subprocess.Popen([sys.executable, str(fake)], stdout=subprocess.PIPE, text=True)
+@pytest.mark.parametrize("form", ["script", "python -m ansible playbook"])
+def test_the_holder_is_the_outermost_ansible_playbook_above(tmp_path, form):
+    """Run as a task runs it: under a shell under a process whose command is ansible-playbook, as its script or
+    as `python -m ansible playbook` (the lab's VM has no scripts of ansible-core)."""
+    code = ("import subprocess, sys\nsys.exit(subprocess.run(['sh', '-c', '\"$0\" \"$1\" holder; exit $?', "
+            "sys.executable, %r], check=True).returncode)\n" % SCRIPT)
+    if form == "script":
+        fake = tmp_path / "ansible-playbook"
+        fake.write_text(code)
+        argv, env = [sys.executable, str(fake)], None
+    else:
+        (tmp_path / "ansible").mkdir()
+        (tmp_path / "ansible" / "__init__.py").write_text("")
+        (tmp_path / "ansible" / "__main__.py").write_text(code)
+        argv, env = [sys.executable, "-m", "ansible", "playbook"], dict(os.environ, PYTHONPATH=str(tmp_path))
+    playbook = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env)
     found = json.loads(playbook.communicate(timeout=30)[0])
     assert found["pid"] == playbook.pid and found["pid_start"], found
     assert found["boot_id"] == run_lock._boot_id() and len(found["run"]) == 32

@@ -85,6 +85,7 @@ HOST_KEY = "host"
 OWNER = "ebpf.xdp"  # the owner of a program with the collection's ownership record (_observed.OWNER)
 NETNS_RUN_DIR = "/run/netns"
 INIT_NET_INODE = 0xEFFFFFF9  # the kernel's inode number of the initial network namespace (PROC_NET_INIT_INO)
+SO_NETNS_COOKIE = 71  # getsockopt: the cookie of the socket's network namespace (not in Python 3.11's socket module)
 PROTOCOL_MAP = "proto_count"
 # The multicast programs' per-group counters (_devmap.MAPS), shared by every port of a map set: exported once
 # per group as ebpf_xdp_group_*, not once per port as generic counters.
@@ -388,13 +389,27 @@ def _ns_inode(path: str) -> int | None:
         return None
 
 
+def _in_initial_namespace() -> bool:
+    """Whether this process runs in the initial network namespace. Under the systemd unit /proc/1/ns/net, which
+    netns_key compares with, cannot be read (ptrace access to PID 1 would need CAP_SYS_PTRACE): the namespace is
+    known by the fixed inode that newer kernels give it (PROC_NET_INIT_INO; 6.18 has it), else by its cookie
+    (SO_NETNS_COOKIE, Linux 5.14), 1 for the first namespace the kernel makes, the initial one (6.1: its inode is
+    allocated like any other's)."""
+    if _ns_inode("/proc/self/ns/net") == INIT_NET_INODE:
+        return True
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as probe:
+            cookie = int.from_bytes(probe.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8), sys.byteorder)
+    except OSError:  # before 5.14
+        return False
+    return cookie == 1
+
+
 def own_namespace() -> tuple[str, str | None]:
     """(key, path that names it) of the namespace this process runs in; path None when nothing names it."""
     from ansible_collections.ebpf.xdp.plugins.module_utils.host import (  # pylint: disable=import-outside-toplevel
         netns as _netns)
-    if _ns_inode("/proc/self/ns/net") == INIT_NET_INODE:
-        # Under the systemd unit /proc/1/ns/net, which netns_key compares with, cannot be read (ptrace
-        # access to PID 1 would need CAP_SYS_PTRACE): the initial namespace is known by its inode instead.
+    if _in_initial_namespace():
         return HOST_KEY, None
     key = _netns.netns_key()
     if key == HOST_KEY:

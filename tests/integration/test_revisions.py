@@ -141,21 +141,22 @@ def test_rollback_after_a_faulty_release_at_the_same_path(run, pair, builds, sto
     assert stored(store) == [], "objects no record references are removed"
 
 
-def test_rollback_with_the_object_deleted_check_mode_changes_nothing(run, pair, builds, store, tmp_path):
+@pytest.mark.parametrize("hook", ["xdp", needs("tcx", "tc")])
+def test_rollback_with_the_object_deleted_check_mode_changes_nothing(run, pair, builds, store, tmp_path, hook):
     """v1 and v2 at different paths, v1's file deleted: the store still has it; check mode touches nothing."""
     v1, v2 = str(tmp_path / "v1.o"), str(tmp_path / "v2.o")
-    shutil.copy(builds["tc"]["pass"], v1)
-    shutil.copy(builds["tc"]["drop"], v2)
-    module, args = module_args("tc", pair, store, object=v1, constants={})
+    shutil.copy(builds[hook]["pass"], v1)
+    shutil.copy(builds[hook]["drop"], v2)
+    module, args = module_args(hook, pair, store, object=v1, constants={})
     run(module, args)
     second = run(module, dict(args, object=v2))
     assert second["revision"]["number"] == 2 and second["previous_revision"]["object"] == v1
     os.unlink(v1)
-    module, back = module_args("tc", pair, store, revision="previous")
+    module, back = module_args(hook, pair, store, revision="previous")
     preview = run(module, back, check=True)
     assert preview["changed"] and preview["revision"]["number"] == 1 and preview["revision"]["object"] == v1
     assert preview["previous_revision"]["number"] == 2
-    now = program(run, pair, "tc")
+    now = program(run, pair, hook)
     assert now["id"] == second["id"] and now["revision"]["number"] == 2, "check mode changed nothing"
     rolled = run(module, back)
     assert rolled["changed"] and rolled["revision"]["number"] == 1 and rolled["id"] != second["id"]

@@ -266,8 +266,6 @@ vm_pid() {
 	return 1
 }
 
-# ssh_vm [SSH_OPTION...] -- [CMD...]: ssh into the VM as root (with its key,
-# and its host key checked).
 # ssh_options: the options of every SSH connection into the VM (ssh_vm's, sshfs's) after the caller's. One
 # connection, kept 5 min after its last use, carries every session: a new one costs 12-14 s of key exchange under
 # emulation on a loaded host, a session over it under a second.
@@ -277,6 +275,8 @@ ssh_options() {
 		-o StrictHostKeyChecking=yes -o LogLevel=ERROR
 }
 
+# ssh_vm [SSH_OPTION...] -- [CMD...]: ssh into the VM as root (with its key,
+# and its host key checked).
 ssh_vm() {
 	local opts=()
 	while (($#)) && [[ $1 != -- ]]; do opts+=("$1") && shift; done

@@ -38,6 +38,7 @@ import yaml
 
 import test_xdp_filter_twin as twin_test
 from conftest import ROOT, SYSTEM_PYTHON, ModuleRunner, Pair, ansible_playbook, sh
+from kernel_features import kernel_version
 
 PLAYBOOK = """
 - name: The exporter
@@ -1042,7 +1043,7 @@ def test_the_units_capabilities_read_every_namespace_and_none_is_not_enough(pair
     # CAP_SYS_ADMIN alone: enough from Linux 6.9, whose BPF_PROG_QUERY takes it; before, the tcx hook's query
     # is refused and the namespace is down, said why (what the unit's CAP_NET_ADMIN is for).
     code, page, err = bounded_once(pin_root, ["CAP_SYS_ADMIN"])
-    if tuple(int(part) for part in re.findall(r"\d+", os.uname().release)[:2]) >= (6, 9):
+    if kernel_version() >= (6, 9):
         assert code == 0 and value(page, "ebpf_xdp_netns_up", netns=pair.rx) == 1, err
     else:
         assert code == 0 and value(page, "ebpf_xdp_netns_up", netns=pair.rx) == 0, page

@@ -9,7 +9,7 @@ export ANSIBLE_COLLECTIONS_PATH := $(CURDIR)/.build/collections
 export ANSIBLE_FORCE_COLOR ?= 0
 PYTEST := $(VENV)/bin/python -m pytest
 
-.PHONY: setup deploy lab-up lab-down vm-up vm-down test test-long test-vm test-debian12 test-ee unit integration integration-shared integration-quiet benchmark-smoke sanity lint docs docs-lint molecule ee benchmark clean
+.PHONY: setup deploy lab-up lab-down vm-up vm-down test test-long test-vm test-debian12 test-debian12-long test-ee unit integration integration-shared integration-quiet benchmark-smoke sanity lint docs docs-lint molecule ee benchmark clean
 
 setup:
 	@bash scripts/setup.sh
@@ -40,10 +40,14 @@ test-vm: setup
 	bash scripts/test_vm.sh
 
 # Every integration test on Debian 12's 6.1 kernel (but the few about the controller alone): the VM's tests over
-# SSH from here, then the rest inside the VM, booted once (scripts/test_vm.sh --all; not part of make test).
+# SSH from here, then the rest inside the VM, booted once (scripts/test_vm.sh --all; not part of make test). Those
+# marked long in make test-debian12-long, each within one CI run of 90 minutes.
 test-debian12: setup
 	bash scripts/ee.sh
 	bash scripts/test_vm.sh --all
+
+test-debian12-long: setup
+	bash scripts/test_vm.sh --long
 
 # The execution environment's test (tests/integration/test_ee.py, not part of make test): make ee's image, then
 # deploy_xdp.yml through ansible-runner and ansible-navigator in it against the VM host over SSH.
@@ -69,7 +73,7 @@ integration-shared:
 
 # The integration tests marked long, which make test leaves out: the rest of the migration's kill and fault
 # matrices, the sliced rollouts but one, a later batch's fault, two benchmark runs at once (tests/integration,
-# conftest's long marker). Those that reach the VM over SSH run in make test-debian12.
+# conftest's long marker). make test-debian12-long runs them on Debian 12's kernel.
 test-long: setup
 	$(PYTEST) -q -rxs --durations=25 --vm=without --module-start=fork -m long -n 3 --dist loadfile \
 		--no-loadscope-reorder --junitxml=.build/test-logs/test-long.xml tests/integration

@@ -4,14 +4,18 @@
 #  1. the tests that reach it over SSH through Ansible (pytest --vm=only, here),
 #     but test_ee.py (make test-ee: make ee's image builds minutes on a fresh
 #     machine and its four runs took 236 s of make test's; --all includes it)
-#     and those marked long (--all only)
+#     and those marked long (--long only)
 #  2. the kernel-dependent integration tests (those marked kernel(feature),
 #     see tests/integration/kernel_features.py) inside it. Extra arguments go
 #     to that pytest (e.g. -k tcx, or test files: those instead of all of them).
 # With --all first (make test-debian12), step 2 runs every integration test
 # inside it instead (the lab, the roles, the bcc backend, the faults and the
 # bad input included), but for the files about the controller machine alone
-# (CONTROLLER_ONLY: no kernel in them, they ran in make integration).
+# (CONTROLLER_ONLY: no kernel in them, they ran in make integration) and
+# those marked long; with --long (make test-debian12-long) only those marked
+# long, in both steps. Apart, each fits in one CI run of 90 minutes under
+# emulation (together they took over two hours: the long ones are 150 map
+# migration tests, each its own kill point, and playbook chains).
 #
 # Under software emulation each module run costs seconds, so nothing goes
 # through Ansible there: pytest runs inside the VM with Debian's Python and
@@ -46,11 +50,13 @@ VM_SITE=/mnt/ebpf-xdp-site # where the VM mounts it
 say() { echo "test_vm.sh: $*"; }
 
 all=
+long_only=
 ssh_tests=1
 ee_only=
-while [[ ${1:-} == --all || ${1:-} == --no-ssh || ${1:-} == --ee ]]; do
+while [[ ${1:-} == --all || ${1:-} == --long || ${1:-} == --no-ssh || ${1:-} == --ee ]]; do
 	case $1 in
 	--all) all=1 ;;
+	--long) all=1 long_only=1 ;;
 	--no-ssh) ssh_tests= ;; # only step 2 (e.g. again for the files that failed in it)
 	--ee) ee_only=1 ;;
 	esac
@@ -119,10 +125,12 @@ if [[ -n $ssh_tests ]]; then
 	# pktgen playbook's test took 166-216 s, the other three together about as long).
 	if [[ -n $ee_only ]]; then
 		ssh_select=(tests/integration/test_ee.py)
+	elif [[ -n $long_only ]]; then
+		ssh_select=(-m long tests/integration)
 	elif [[ -n $all ]]; then
-		ssh_select=(tests/integration)
+		ssh_select=(-m "not long" tests/integration)
 	else
-		# make test's: those marked long are make test-debian12's (--all) only.
+		# make test's: those marked long are make test-debian12-long's (--long) only.
 		ssh_select=(-m "not long" --ignore tests/integration/test_ee.py tests/integration)
 	fi
 	.venv/bin/python -m pytest -p no:cacheprovider -q -rxs --durations=10 --vm=only -n 2 --dist load --maxschedchunk 1 \
@@ -200,13 +208,17 @@ done
 # share it run on two workers, a file's tests on one (as make
 # integration-shared does here); those marked quiet (rates, timing,
 # snapshots of the whole host) after them, alone.
-# make test-vm leaves the tests marked long to make test-long (here) and make test-debian12.
+# make test-vm leaves the tests marked long to make test-long (here) and make test-debian12-long.
 if [[ -n $all ]]; then
 	which="every integration test but the controller's (${CONTROLLER_ONLY[*]})"
 	select="--durations=25"
 	# A line per test as it ends: should the VM's kernel stop answering, the log says how far each worker got.
 	progress=-v
-	not_long=
+	not_long=" and not long"
+	if [[ -n $long_only ]]; then
+		which="every integration test marked long"
+		not_long=" and long"
+	fi
 	for name in "${CONTROLLER_ONLY[@]}"; do select+=" --ignore tests/integration/$name"; done
 else
 	which="the kernel-dependent tests"
@@ -225,8 +237,9 @@ in_vm() { # what, pytest arguments...
 	EBPF_XDP_HOST_CONTROLLER=$controller_vm EBPF_XDP_ANSIBLE_BIN=/usr/local/libexec/ebpf-xdp-tests/bin PYTHONUNBUFFERED=1 PYTHONPATH=$DEST/tests/vm:$VM_SITE:$DEST/.build/collections ANSIBLE_COLLECTIONS_PATH=$DEST/.build/collections \
 	python3 -m pytest -p no:cacheprovider $progress -rxs --vm=without --module-start=fork $select $* $paths$args" || {
 		local status=$?
-		# 5: pytest selected no test. Files given as arguments may have no quiet test (or only quiet ones).
-		[[ $status == 5 && -z $paths ]] || rc=$status
+		# 5: pytest selected no test. Files given as arguments may have no quiet test (or only quiet ones), nor the
+		# tests marked long.
+		[[ $status == 5 && (-z $paths || -n $long_only) ]] || rc=$status
 	}
 	say "they took $((SECONDS - start)) s (exit status so far $rc)"
 }

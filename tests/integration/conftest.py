@@ -70,7 +70,11 @@ def pytest_configure(config):
                             "(tests/unit/test_debian12_subset.py)")
     config.addinivalue_line("markers", "long: the rest of a long matrix or a long multi-run test, which make test "
                             "leaves to make test-long (the cases it keeps take each path of the matrix once); make "
-                            "test-debian12 runs them on Debian 12's kernel (the VM's over SSH among them), make test-vm does not")
+                            "test-debian12-long runs them on Debian 12's kernel (the VM's over SSH among them), make test-vm and "
+                            "make test-debian12 do not")
+    config.addinivalue_line("markers", "controller_in_vm: in a file of HOST_CONTROLLED, a test whose Ansible runs "
+                            "keep their controller inside the VM in make test-debian12 (its module needs the "
+                            "controller's environment or interpreter)")
 
 
 def pytest_sessionstart(session):
@@ -293,10 +297,12 @@ def sh(*argv, check=True):
 
 # The files whose Ansible runs make test-debian12 makes on the machine that runs the VM (its controller there,
 # tests/vm/host_controller.py, where the VM's run gives EBPF_XDP_HOST_CONTROLLER): chains of playbooks, each task
-# ~1.5-2 s of controller work under emulation. Their own checks still read the VM.
+# ~1.5-2 s of controller work under emulation (an `ansible` run's own start there: ~10 s). Their own checks still
+# read the VM. A test of theirs marked controller_in_vm keeps its controller in the VM: it gives the module's
+# process something only a controller beside it passes on (an environment, an interpreter of its choosing).
 # (test_rollout_slices.py's ansible-runner jobs go there too, through tests/benchmarks/harness's BIN.)
 HOST_CONTROLLED = ("test_lab.py", "test_rollout.py", "test_traffic_roles.py", "test_role_input.py",
-                   "test_xdp_metrics.py")
+                   "test_xdp_metrics.py", "test_bcc_backend.py")
 _HOST_CONTROLLED_NOW = [False]
 
 
@@ -304,7 +310,8 @@ _HOST_CONTROLLED_NOW = [False]
 def pytest_runtest_setup(item):
     """Before the item's fixtures: whether its file's Ansible runs go to the host's controller (kept for the
     teardown of its module's fixtures, which comes before the next item's setup)."""
-    _HOST_CONTROLLED_NOW[0] = os.path.basename(str(item.path)) in HOST_CONTROLLED
+    _HOST_CONTROLLED_NOW[0] = (os.path.basename(str(item.path)) in HOST_CONTROLLED
+                               and item.get_closest_marker("controller_in_vm") is None)
 
 
 def ansible_cli(name):

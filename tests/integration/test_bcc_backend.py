@@ -242,6 +242,7 @@ def test_no_kernel_headers_names_both_ways_out(run_distro, pair, src, pin_root, 
     unchanged(run_distro, pair, pin_root, attached, before_pins)
 
 
+@pytest.mark.controller_in_vm
 def test_bcc_absent_says_which_package(pair, src, pin_root, attached, tmp_path, monkeypatch):
     """No interpreter can import bcc: a `bcc` on PYTHONPATH that fails to import, as a host without python3-bpfcc.
 

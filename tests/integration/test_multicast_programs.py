@@ -20,6 +20,7 @@ import uuid
 import pytest
 
 from conftest import BPF_DIR, compile_bpf, sh
+from kernel_features import features
 from test_tc_redirect_programs import eventually, rx_packets
 
 from ansible_collections.ebpf.xdp.plugins.module_utils import _facts
@@ -374,7 +375,12 @@ def test_a_native_copy_into_a_veth_needs_an_xdp_program_on_the_peer(mcast_obj, d
 
 @pytest.mark.parametrize("mode", ["native", "generic"])
 def test_the_egress_program_writes_each_ports_own_mac_as_the_source(mcast_obj, drop_obj, pin_root, mode):
-    """p1 and p2 carry xdp_egress_mac in their devmap values, p3 does not; mcast_port_mac says each port's MAC."""
+    """p1 and p2 carry xdp_egress_mac in their devmap values, p3 does not; mcast_port_mac says each port's MAC.
+
+    In generic mode where the kernel gives every copy one buffer (6.1: each copy a clone of one skb), each egress
+    program writes into the frame every port sends: all three ports see the MAC of the egress program that ran
+    last, p3 too. That is why the collection refuses egress programs in a map set with generic-mode ports there
+    (test_devmap_group.py::test_generic_ports_and_egress_programs_where_copies_share_one_buffer)."""
     n = 10
     maps_dir = os.path.join(pin_root, "maps")
     with ports_up(4) as ports, switch(ports, mcast_obj, drop_obj, mode, maps_dir) as sw, \
@@ -390,6 +396,11 @@ def test_the_egress_program_writes_each_ports_own_mac_as_the_source(mcast_obj, d
             sniffers = {port: sniffer("h%d" % port) for port in (1, 2, 3)}
         sw.send(0, {"udp": frame}, n)
         seen = {port: sources(sock, frame[12:]) for port, sock in sniffers.items()}
+    if mode == "generic" and not features()["generic_egress_copy"]:
+        macs = {mac for counts in seen.values() for mac in counts}
+        assert len(macs) == 1 and macs <= {ports.port_macs[1], ports.port_macs[2]}, seen
+        assert seen == {port: {mac: n for mac in macs} for port in (1, 2, 3)}, seen
+        return
     assert seen == {1: {ports.port_macs[1]: n}, 2: {ports.port_macs[2]: n}, 3: {ports.host_macs[0]: n}}
 
 

@@ -183,7 +183,7 @@ for name in ansible ansible-playbook ansible-inventory ansible-runner; do
 done
 rm -rf $VM_TMP $VM_TMP.controller.* && mkdir -m 0700 $VM_TMP"
 # The kernel's networking static keys held on for the whole run (tests/vm/hold_static_keys.py says why: under
-# emulation a key patched while the other CPU ran its site left that CPU trapping there for good, twice).
+# emulation a key patched while the other CPU ran its site left that CPU trapping there for good, three times).
 KEYS_PID=/run/ebpf-xdp-hold-keys.pid
 held=$($VM ssh "python3 $DEST/tests/vm/hold_static_keys.py $KEYS_PID") || exit 1
 say "$held"

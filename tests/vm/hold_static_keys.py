@@ -3,18 +3,19 @@ networking static keys on for as long as the tests run, so that no test's attach
 code while the other CPU runs it. Returns once they are held (exit 0, what it holds on stdout), leaving a process
 behind (its pid in PID_FILE) that holds them until it is sent SIGTERM. A holder already running is kept.
 
-Why: under the VM's software emulation (qemu's TCG, two vCPUs) make test-debian12 stopped twice in a soft lockup
-with the same stacks: CPU 0 trapping again and again on an int3 at a static-key site of __netif_receive_skb_core
-(under veth_poll), for minutes, while the console's dump of that address showed the 5-byte NOP already back in
-memory. The kernel patches a static key through an int3 (text_poke_bp), and its int3 handler, finding the int3
-gone, backs up to run the instruction again (kprobe_int3_handler): a CPU runs what memory holds after
-text_poke's serializing IPI; the emulated CPU kept running its translation of the int3. A key is patched only
+Why: under the VM's software emulation (qemu's TCG, two vCPUs) make test-debian12 stopped three times in a soft
+lockup at one address: a CPU trapping again and again on an int3 at a static-key site of __netif_receive_skb_core
+(under veth_poll, or process_backlog), for minutes, while the console's dump of that address showed the patched
+instruction already in memory (the 5-byte NOP one time, the enabled key's jmp another). The kernel patches a
+static key through an int3 (text_poke_bp), and its int3 handler, finding the int3 gone, backs up to run the
+instruction again (kprobe_int3_handler): a CPU runs what memory holds after text_poke's serializing IPI; the
+emulated CPU kept running its translation of the int3. A key is patched only
 when its count goes from 0 to 1 or back to 0: held at one here, the tests' clsact qdiscs, generic-mode XDP
 programs, netfilter base chains and timestamping sockets only move its count.
 
 What it holds, from a network namespace of its own that no test sees (no name under /run/netns): a veth
-device (as the tests use: the kernel may lack dummy) with a clsact qdisc (the ingress and egress keys) and a generic-mode XDP program that passes everything
-(the generic XDP key), an nftables inet table with a base chain on each of its hooks (each hook's key, IPv4 and
+device (as the tests use: a kernel may lack dummy) with a clsact qdisc (the ingress and egress keys) and a
+generic-mode XDP program that passes everything (the generic XDP key), an nftables inet table with a base chain on each of its hooks (each hook's key, IPv4 and
 IPv6), and a socket that asks for receive timestamps (the timestamp key).
 """
 

@@ -83,7 +83,10 @@ class Handler(socketserver.StreamRequestHandler):
         else:
             argv = [os.path.join(BIN, name)] + with_connection_vars(name, request["args"], self.server.vars_file)
             # The test's Ansible settings (paths are the same here), this machine's environment for the rest.
-            env = dict(os.environ, ANSIBLE_HOME=os.environ.get("ANSIBLE_HOME", self.server.ansible_home))
+            # BIN first on PATH: ansible-runner starts ansible-playbook by its name (scripts/test_vm.sh run by hand,
+            # not by make, has no venv on PATH).
+            env = dict(os.environ, ANSIBLE_HOME=os.environ.get("ANSIBLE_HOME", self.server.ansible_home),
+                       PATH=os.pathsep.join(filter(None, (BIN, os.environ.get("PATH")))))
             env.update((k, v) for k, v in request["env"].items() if k.startswith("ANSIBLE_"))
             proc = subprocess.run(argv, env=env, cwd=request["cwd"], capture_output=True, text=True, check=False)
             reply = {"rc": proc.returncode, "stdout": proc.stdout, "stderr": proc.stderr}

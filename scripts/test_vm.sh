@@ -16,7 +16,8 @@
 # long, in both steps. Together they took over two hours under emulation
 # (the long ones are 150 map migration tests, each its own kill point, and
 # playbook chains); each is to fit in one CI run of 90 minutes, which
-# --all does not yet (~100-110 min measured on the 2-core machine).
+# --all has not shown in one run yet (its parts, measured apart on the
+# 2-core machine, add up to ~85 min).
 #
 # Under software emulation each module run costs seconds, so nothing goes
 # through Ansible there: pytest runs inside the VM with Debian's Python and

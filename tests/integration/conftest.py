@@ -85,6 +85,14 @@ def pytest_sessionstart(session):
             reporter.write_line(line)
 
 
+def skip_for_hardware(item, what, why):
+    """Skip item: this machine lacks hardware `what` (a name of kernel_features.HARDWARE), why in words. The one
+    skip the tests allow, counted apart in the summary (`skipped (hardware)`), whether a marker or the test's own
+    finding (a count of CPUs the marker's probe does not read) calls it."""
+    item.user_properties.append(("hardware_skip", what))
+    pytest.skip("this machine has no %s: %s" % (what, why))
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_pyfunc_call(pyfuncitem):
     """A test marked kernel(feature) on a kernel without it runs watched (kernel_features.Watch): its own first
@@ -98,8 +106,7 @@ def pytest_pyfunc_call(pyfuncitem):
         marked.append(feature)
     lacking = kernel_features.hardware_lacking(marked)
     if lacking:
-        pyfuncitem.user_properties.append(("hardware_skip", lacking[0]))
-        pytest.skip("this machine has no %s: %s" % (lacking[0], kernel_features.PROBES[lacking[0]][0]))
+        skip_for_hardware(pyfuncitem, lacking[0], kernel_features.PROBES[lacking[0]][0])
     absent = [f for f in marked if not kernel_features.features()[f]]
     if not absent:
         return (yield)

@@ -18,7 +18,7 @@ import struct
 
 import pytest
 
-from conftest import BPF_DIR, Pair, compile_bpf, sh
+from conftest import BPF_DIR, Pair, compile_bpf, sh, skip_for_hardware
 from kernel_features import needs
 from ansible_collections.ebpf.xdp.plugins.module_utils import _facts
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import netlink as _netlink, netns as _netns
@@ -131,10 +131,10 @@ def test_socket_engine_counts_equal_the_receivers(run_distro, pair, drop_obj):
 
 
 @pytest.mark.kernel("xdp_live_frames")
-def test_threads_on_two_cpus_add_up(run_distro, drop_obj, tg_obj):
+def test_threads_on_two_cpus_add_up(request, run_distro, drop_obj, tg_obj):
     cpus = sorted(os.sched_getaffinity(0))[:2]
     if len(cpus) < 2:
-        pytest.skip("needs two CPUs")
+        skip_for_hardware(request.node, "two_cpus", "two CPUs this process may run on")
     pair = Pair(queues=2)
     pair.up()
     try:

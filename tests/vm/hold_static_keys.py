@@ -9,14 +9,15 @@ lockup at one address: a CPU trapping again and again on an int3 at a static-key
 instruction already in memory (the 5-byte NOP one time, the enabled key's jmp another). The kernel patches a
 static key through an int3 (text_poke_bp), and its int3 handler, finding the int3 gone, backs up to run the
 instruction again (kprobe_int3_handler): a CPU runs what memory holds after text_poke's serializing IPI; the
-emulated CPU kept running its translation of the int3. A key is patched only
-when its count goes from 0 to 1 or back to 0: held at one here, the tests' clsact qdiscs, generic-mode XDP
-programs, netfilter base chains and timestamping sockets only move its count.
+emulated CPU kept running its translation of the int3. A key is patched only when its count goes from 0 to 1 or
+back to 0: held at one here, the tests' clsact qdiscs, generic-mode XDP programs, netfilter base chains and
+timestamping sockets only move its count.
 
 What it holds, from a network namespace of its own that no test sees (no name under /run/netns): a veth
 device (as the tests use: a kernel may lack dummy) with a clsact qdisc (the ingress and egress keys) and a
-generic-mode XDP program that passes everything (the generic XDP key), an nftables inet table with a base chain on each of its hooks (each hook's key, IPv4 and
-IPv6), and a socket that asks for receive timestamps (the timestamp key).
+generic-mode XDP program that passes everything (the generic XDP key), an nftables inet table with a base chain
+on each of its hooks (each hook's key, IPv4 and IPv6), and a socket that asks for receive timestamps (the
+timestamp key).
 """
 
 import ctypes

@@ -61,6 +61,11 @@ def hold(pid_file):
     if pid:
         print("hold_static_keys.py: already held by process %d" % pid)
         return
+    # Opened before anything is held; root never writes through a link someone left at that path.
+    try:
+        pid_fd = os.open(pid_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        sys.exit("hold_static_keys.py: cannot write the pid file %s: %s (nothing held)" % (pid_file, exc.strerror))
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.unshare(CLONE_NEWNET) != 0:
         sys.exit("hold_static_keys.py: unshare(CLONE_NEWNET): %s" % os.strerror(ctypes.get_errno()))
@@ -80,11 +85,12 @@ def hold(pid_file):
     # The holder: the namespace (and with it the device, its qdisc and program, the table) lives as long as it.
     child = os.fork()
     if child:
-        with open(pid_file, "w", encoding="ascii") as out:
+        with os.fdopen(pid_fd, "w", encoding="ascii") as out:
             out.write("%d\n" % child)
         print("hold_static_keys.py: process %d holds the ingress, egress, generic XDP, netfilter (inet) and "
               "timestamp static keys" % child)
         return
+    os.close(pid_fd)
     os.setsid()
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):

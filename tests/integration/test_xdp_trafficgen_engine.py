@@ -109,14 +109,28 @@ def test_xdp_engine_counts_equal_the_receivers(run, pair, drop_obj, tg_obj):
     assert not res.get("failed"), res
     assert res["engine"] == "xdp" and res["changed"] is True  # a run is an action
     assert res["sent"] == {"udp": 200000, "tcp": 200000, "icmp": 200000} and res["total"] == 600000, res
-    assert res["tx_dropped"] == 0
-    assert [(t["cpu"], t["sent"]) for t in res["threads"]] == [(min(os.sched_getaffinity(0)), 600000)]
+    # What the peer's ring refused (none on 6.18; on 6.1 one thread overflows it) was sent again.
+    assert [(t["cpu"], t["sent"]) for t in res["threads"]] == [(min(os.sched_getaffinity(0)),
+                                                                600000 + res["tx_dropped"])]
     assert res["pps"] > 0 and res["seconds"] > 0
     assert rx_counts(pair.rx) == {17: 200000, 6: 200000, 1: 200000}
 
     res = send(run, pair, engine="xdp", object=tg_obj, src_ip="fd00::1", dst_ip="fd00::2", count=300000, size=100)
-    assert res["sent"] == {"udp": 300000} and res["tx_dropped"] == 0, res
+    assert res["sent"] == {"udp": 300000} and res["threads"][0]["sent"] == 300000 + res["tx_dropped"], res
     assert rx_counts(pair.rx) == {17: 500000, 6: 200000, 1: 200000}
+
+
+@pytest.mark.kernel("xdp_live_frames")
+def test_xdp_engine_sends_again_what_the_peers_ring_refused(run, pair, drop_obj, tg_obj):
+    """The peer's NAPI in a thread of its own (threaded NAPI), which the sender's CPU runs only when the sender
+    yields it: the sender fills the peer's 256-slot ring first, and the refused frames (the veth's tx_dropped)
+    go out again, so the receiver counts the count."""
+    attach_drop(pair.rx, drop_obj)
+    sh("ip", "netns", "exec", pair.rx, "sh", "-c", "echo 1 > /sys/class/net/eth0/threaded")
+    res = send(run, pair, engine="xdp", object=tg_obj, count=300000)
+    assert res["sent"] == {"udp": 300000} and res["threads"][0]["sent"] == 300000 + res["tx_dropped"], res
+    assert res["tx_dropped"] > 0, "no frame refused: nothing was sent again"
+    assert rx_counts(pair.rx) == {17: 300000}
 
 
 def test_socket_engine_counts_equal_the_receivers(run_distro, pair, drop_obj):
@@ -160,7 +174,9 @@ def test_duration_is_bounded(run_distro, pair, drop_obj, tg_obj):
     before = rx_counts(pair.rx)
     res = send(run_distro, pair, engine="xdp", object=tg_obj, protocols=["udp", "tcp"], duration=0.6)
     assert 0.6 <= res["seconds"] < 1.5, res
-    assert res["sent"]["udp"] > 10000 and res["sent"]["tcp"] > 10000 and res["tx_dropped"] == 0, res
+    # For a duration, what the peer's ring refused (none on 6.18; on 6.1 some) is not sent again: sent is less.
+    assert res["sent"]["udp"] > 10000 and res["sent"]["tcp"] > 10000, res
+    assert res["threads"][0]["sent"] == res["total"] + res["tx_dropped"], res
     assert delta(before, rx_counts(pair.rx)) == {17: res["sent"]["udp"], 6: res["sent"]["tcp"]}
 
 
@@ -286,10 +302,11 @@ def test_frames_stay_the_template_through_a_router(run_distro, chain, drop_obj, 
                                             src_ip=addr["tx"], dst_ip=addr["rx"], dst_mac=router_mac,
                                             count=100000, src_port=1000, src_port_max=1999))
     # The router forwards through its stack, unpaced: on a loaded machine its ring refuses some frames
-    # (tx_dropped, not in `sent`, seen once in CI: 39330). What left the interface must all arrive, rebuilt:
-    # far more than one page pool's worth (batch_size 64 pages), so the recycled pages went through.
+    # (tx_dropped, seen once in CI: 39330; on 6.1 in the VM, 885), which the engine sends again. What left the
+    # interface must all arrive, rebuilt: far more than one page pool's worth (batch_size 64 pages), so the
+    # recycled pages went through.
     sent = res["sent"]["udp"]
-    assert sent + res["tx_dropped"] == 100000 and sent > 100 * 64, res
+    assert sent == 100000 and res["threads"][0]["sent"] == sent + res["tx_dropped"], res
     assert rx_counts(chain.rt)[17] == sent
     assert otherhost_drops(chain.rt) == 0
     assert rx_counts(chain.rx)[17] == sent
@@ -302,10 +319,9 @@ def test_frames_stay_the_template_through_a_router(run_distro, chain, drop_obj, 
 def test_auto_picks_xdp_only_where_frames_can_go(run_distro, pair, drop_obj, tg_obj, features):
     """auto sends with the xdp engine where the device takes XDP frames and the kernel runs live frames; else with
     the socket engine, saying why; engine xdp named where it cannot send is refused, with nothing sent."""
-    # Why the veth takes none is said as the kernel tells it: from 6.3 xdp_features; before it (6.1 in make
-    # test-vm) only the peer's missing XDP program can be seen.
-    why = ("veth eth0 cannot take XDP frames: its peer has neither an XDP program nor GRO" if features["xdp_features"]
-           else "veth eth0: its peer has no XDP program")
+    # From 6.3 the kernel says it (xdp_features); before it (6.1 in make test-vm) the peer's program and GRO are
+    # read apart: the same words.
+    why = "veth eth0 cannot take XDP frames: its peer has neither an XDP program nor GRO"
     res = send(run_distro, pair, object=tg_obj, count=20)
     assert res["engine"] == "socket" and res["engine_reason"].startswith(why), res
     assert res["sent"] == {"udp": 20}
@@ -349,26 +365,45 @@ def test_bad_input(run_distro, pair, tg_obj, args, words):
 def test_whether_a_veth_takes_xdp_frames_is_read_from_the_kernel_that_runs(pair, drop_obj, features):
     """From Linux 6.3 the netdev family says it (xdp_features); before it (Debian 12's 6.1: make test-vm runs
     this there) nothing does, and the peer's XDP program is read across namespaces, through
-    IFLA_LINK(_NETNSID). Either way a veth whose peer has neither an XDP program nor GRO takes none, and one
-    whose peer has an XDP program does."""
-    with _netns.netns(pair.tx):
-        device = _trafficgen.read_device(_netlink.interface("eth0"))
-    assert device.kind == "veth", device
+    IFLA_LINK(_NETNSID), and its GRO in the peer's namespace (the one this namespace knows by that id).
+    Either way a veth whose peer has neither an XDP program nor GRO takes none, and one whose peer has GRO,
+    or an XDP program, does."""
+    def read():
+        with _netns.netns(pair.tx):
+            return _trafficgen.read_device(_netlink.interface("eth0"))
+
+    neither = (False, "veth eth0 cannot take XDP frames: its peer has neither an XDP program nor GRO enabled, and "
+                      "frames redirected into it would be dropped uncounted")
+    device = read()
+    assert device.kind == "veth" and device.xdp_ability() == neither, device
     if features["xdp_features"]:
-        assert device.features is not None and device.peer_xdp is None, device
-        assert device.xdp_ability() == (False, "veth eth0 cannot take XDP frames: its peer has neither an XDP "
-                                               "program nor GRO enabled, and frames redirected into it would be "
-                                               "dropped uncounted")
+        assert device.features is not None and device.peer_xdp is None and device.peer_gro is None, device
     else:
-        assert (device.features, device.peer_xdp) == (None, False), device
-        assert device.xdp_ability() == (False, "veth eth0: its peer has no XDP program (on this kernel, without "
-                                               "the netdev netlink family, GRO on the peer cannot be told)")
-    attach_drop(pair.rx, drop_obj)
-    with _netns.netns(pair.tx):
-        device = _trafficgen.read_device(_netlink.interface("eth0"))
+        assert (device.features, device.peer_xdp, device.peer_gro) == (None, False, False), device
+
+    def peer_gro():  # what a kernel before 6.3 is asked, asked on any kernel
+        with _netns.netns(pair.tx):
+            link = _netlink.interface("eth0")
+            return _trafficgen._peer_gro(link, _netlink.peer(link)["ifname"])  # pylint: disable=protected-access
+
+    assert peer_gro() is False
+    set_gro(pair.rx, True)
+    assert peer_gro() is True
+    device = read()
+    takes, why = device.xdp_ability()
     if features["xdp_features"]:
-        takes, why = device.xdp_ability()
+        assert takes and why.startswith("veth eth0 takes XDP frames (xdp_features: "), why
+    else:
+        assert (device.peer_xdp, device.peer_gro) == (False, True), device
+        assert (takes, why) == (True, "veth eth0 takes XDP frames: its peer has GRO enabled")
+    set_gro(pair.rx, False)
+    assert read().xdp_ability() == neither
+
+    attach_drop(pair.rx, drop_obj)
+    device = read()
+    takes, why = device.xdp_ability()
+    if features["xdp_features"]:
         assert takes and why.startswith("veth eth0 takes XDP frames (xdp_features: "), why
     else:
         assert device.peer_xdp is True, device
-        assert device.xdp_ability() == (True, "veth eth0 takes XDP frames: its peer has an XDP program")
+        assert (takes, why) == (True, "veth eth0 takes XDP frames: its peer has an XDP program")

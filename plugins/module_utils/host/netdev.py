@@ -21,7 +21,9 @@ socket. Works in the current network namespace.
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import fcntl
 import os
 import socket
 import struct
@@ -94,6 +96,24 @@ def xdp_features(ifindex: int) -> int | None:
             raise OSError(exc.errno, "read the XDP features of ifindex %d: %s" % (ifindex, exc.strerror))
         raw = answer.get(NETDEV_A_DEV_XDP_FEATURES)
         return struct.unpack("=Q", raw[:8])[0] if raw else 0
+
+
+SIOCETHTOOL = 0x8946
+ETHTOOL_GGRO = 0x2B
+
+
+def gro_enabled(ifname: str) -> bool:
+    """Whether GRO is on for ifname in the current namespace (ethtool -k: generic-receive-offload). Before
+    Linux 6.3 (no xdp_features) this is how a veth whose peer has no XDP program tells that it takes XDP
+    frames: its NAPI, and with it its XDP ring, runs while GRO is on."""
+    value = ctypes.create_string_buffer(struct.pack("=II", ETHTOOL_GGRO, 0), 8)
+    request = struct.pack("16sQ", ifname.encode(), ctypes.addressof(value)) + bytes(16)  # struct ifreq
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            fcntl.ioctl(sock.fileno(), SIOCETHTOOL, request)
+        except OSError as exc:
+            raise OSError(exc.errno, "read whether GRO is on for %s: %s" % (ifname, exc.strerror))
+    return bool(struct.unpack("=II", value.raw)[1])
 
 
 def feature_names(features: int) -> list[str]:

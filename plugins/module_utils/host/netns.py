@@ -24,10 +24,12 @@ import ctypes
 import errno
 import os
 import socket
+import struct
 from typing import Iterator
 
 from ansible_collections.ebpf.xdp.plugins.module_utils._errors import EbpfXdpError
-from ansible_collections.ebpf.xdp.plugins.module_utils.host import names as _names, session as _session
+from ansible_collections.ebpf.xdp.plugins.module_utils.host import names as _names, nlmsg as _nlmsg, \
+    session as _session
 
 NETNS_RUN_DIR = _names.NETNS_RUN_DIR
 CLONE_NEWNET = 0x40000000
@@ -65,6 +67,16 @@ def netns(name: str | None) -> Iterator[None]:
         if exc.errno == errno.ENOENT:
             raise NotFoundError("network namespace %r does not exist (no %s)" % (name, path))
         raise
+    try:
+        with _inside(target):
+            yield
+    finally:
+        os.close(target)
+
+
+@contextlib.contextmanager
+def _inside(target: int) -> Iterator[None]:
+    """Run the body inside the namespace open at fd target, then back in the current one."""
     original = os.open("/proc/self/ns/net", os.O_RDONLY)
     try:
         _setns(target)
@@ -73,8 +85,46 @@ def netns(name: str | None) -> Iterator[None]:
         finally:
             _setns(original)
     finally:
-        os.close(target)
         os.close(original)
+
+
+RTM_GETNSID = 90
+NETNSA_NSID, NETNSA_FD = 1, 3
+RTGENMSG = b"\0" * 4  # struct rtgenmsg (AF_UNSPEC), padded to 4 bytes
+
+
+def _netnsid(fd: int) -> int | None:
+    """The id the current namespace knows the namespace open at fd by (a veth's link_netnsid names its peer's
+    namespace so), or None when it has given it none."""
+    attrs = _nlmsg.ask(RTM_GETNSID, RTGENMSG, "ask a namespace's id", _nlmsg.attr(NETNSA_FD, struct.pack("=I", fd)))
+    nsid = struct.unpack("=i", attrs[NETNSA_NSID][:4])[0] if NETNSA_NSID in attrs else -1
+    return None if nsid < 0 else nsid
+
+
+@contextlib.contextmanager
+def by_netnsid(nsid: int) -> Iterator[None]:
+    """Run the body inside the namespace the current one knows by id nsid (a veth's link_netnsid), found among
+    the named namespaces (/run/netns) and the initial one; NotFoundError when it is none of them."""
+    candidates = [os.path.join(NETNS_RUN_DIR, entry) for entry in sorted(os.listdir(NETNS_RUN_DIR))] \
+        if os.path.isdir(NETNS_RUN_DIR) else []
+    for path in ["/proc/1/ns/net"] + candidates:
+        try:
+            target = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            try:
+                found = _netnsid(target)
+            except OSError:  # a file in /run/netns that is no namespace
+                continue
+            if found != nsid:
+                continue
+            with _inside(target):
+                yield
+            return
+        finally:
+            os.close(target)
+    raise NotFoundError("no named network namespace is the one this namespace calls id %d" % nsid)
 
 
 def _ns_inode(path: str) -> int | None:

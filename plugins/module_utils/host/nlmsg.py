@@ -54,6 +54,21 @@ def attributes(data: bytes, start: int = 0, end: int | None = None,
     return found
 
 
+def ask(request: int, header: bytes, what: str, attrs: bytes = b"") -> dict[int, bytes]:
+    """The attributes of the one answer to an rtnetlink request that is not a dump (RTM_GETNSID, ...), whose
+    family header is as long as the request's. OSError with the kernel's errno when it refuses."""
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE) as sock:
+        sock.bind((0, 0))
+        body = header + attrs
+        sock.send(struct.pack("=IHHII", 16 + len(body), request, NLM_F_REQUEST, 1, 0) + body)
+        data = sock.recv(1 << 16)
+    length, kind = struct.unpack_from("=IH", data)
+    if kind == NLMSG_ERROR:
+        err = -struct.unpack_from("=i", data, 16)[0]
+        raise OSError(err, "%s: %s" % (what, os.strerror(err)))
+    return attributes(data, 16 + len(header), length)
+
+
 def dump(request: int, header: bytes, what: str, attrs: bytes = b"",
          wanted: frozenset[int] | None = None) -> list[tuple[bytes, dict[int, bytes]]]:
     """The answers to an rtnetlink dump request (RTM_GETLINK, RTM_GETQDISC, ...) for every object of the

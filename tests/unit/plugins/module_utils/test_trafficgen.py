@@ -212,9 +212,11 @@ def veth(**state):
     (veth(carrier=False), False, "has no carrier (its peer is down)"),
     (veth(kind=None, features=0x3), False, "its driver has no ndo-xmit in xdp_features: basic, redirect"),
     (veth(kind=None, features=0x7), True, "takes XDP frames"),
-    # Kernels before 6.3: only a veth peer's XDP program can be seen.
+    # Kernels before 6.3: a veth peer's XDP program and its GRO, read apart.
     (veth(features=None, peer_xdp=True), True, "its peer has an XDP program"),
-    (veth(features=None, peer_xdp=False), False, "GRO on the peer cannot be told"),
+    (veth(features=None, peer_xdp=False, peer_gro=True), True, "its peer has GRO enabled"),
+    (veth(features=None, peer_xdp=False, peer_gro=False), False, "its peer has neither an XDP program nor GRO"),
+    (veth(features=None, peer_xdp=False, peer_gro=None), False, "its peer has neither an XDP program nor GRO"),
     (veth(kind=None, features=None), False, "no netdev netlink family"),
 ])
 def test_xdp_ability(device, able, words):

@@ -63,8 +63,8 @@ options:
       - Frames to send per protocol, split over the O(cpus) threads; V(100) when neither O(count) nor
         O(duration) is given.
       - The xdp engine sends the frames the device refused (a veth peer's full ring, counted in its
-        C(tx_dropped)) again from the first thread, round after round while it refuses some (8 rounds at most),
-        so that RV(sent) is the count unless the device kept refusing.
+        C(tx_dropped)) again from the first thread, round after round while it refuses some and takes others
+        (32 rounds at most), so that RV(sent) is the count unless the device kept refusing.
       - Must be positive. Mutually exclusive with O(duration).
     type: int
   duration:

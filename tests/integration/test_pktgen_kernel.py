@@ -175,14 +175,17 @@ def test_pktgen_here_sends_what_the_receiver_counts(run_distro, pair, drop_obj):
     count = 2000
     attached = run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=drop_obj, mode="native"))
     assert attached["changed"] and not attached.get("failed"), attached
-    # Paced: the peer's XDP ring has 256 slots, and a frame it refuses is a frame never counted. At 20 kpps
-    # (50 us apart) pktgen's thread busy-waits between frames and the receiver's NAPI, deferred to ksoftirqd
-    # on a loaded emulated VM, fell behind (76 of 2000 refused once); 200 us apart it sleeps in between.
+    # Paced: the peer's XDP ring has 256 slots. At 20 kpps (50 us apart) pktgen's thread busy-waits between
+    # frames and the receiver's NAPI, deferred to ksoftirqd on a loaded emulated VM, fell behind (76 of 2000
+    # refused once); 200 us apart it sleeps in between.
     sent = run_distro("pktgen", dict(interface="eth0", netns=pair.tx, dst_ip=pair.rx_ip, dst_mac=pair.rx_mac,
                                      count=count, cpus=[0], ratep=5000))
     assert sent["changed"] and not sent.get("failed") and sent["total"] == count, sent
     [thread] = sent["threads"]
-    assert thread["sent"] == count and thread["errors"] == 0 and thread["pps"] > 0, thread
+    # errors: transmits the veth refused (its peer's ring full), which pktgen retries until `count` went out; on
+    # 6.1 in a VM that waits for its CPU (CI's, beside molecule) the receiver's NAPI fell behind (360 of 2000
+    # once). What counts is what arrived: every frame, once.
+    assert thread["sent"] == count and thread["errors"] == sent["errors"] and thread["pps"] > 0, thread
     facts = run_distro("xdp_facts", dict(netns=pair.rx))["ansible_facts"]["xdp"]["interfaces"]["eth0"]
     assert facts["xdp"]["protocols"] == {"udp": count}, facts["xdp"]
     thread_file = sh("ip", "netns", "exec", pair.tx, "cat", PROC + "/kpktgend_0").stdout

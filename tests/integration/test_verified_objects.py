@@ -11,7 +11,7 @@ import stat
 import pytest
 
 import pin_snapshot
-from conftest import BPF_DIR, SYSTEM_PYTHON, ModuleRunner, assert_rhythm, xdp_attached
+from conftest import BPF_DIR, SYSTEM_PYTHON, ModuleRunner, assert_rhythm, sh, xdp_attached
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.bpf import libbpf as _bpf, loader as _loader, pins as _pins
 
@@ -71,9 +71,10 @@ def test_tc_program_takes_a_checksum_too(run_distro, pair, objects):
 
 def test_pins_records_and_locks_are_root_only(run_distro, pair, objects, pin_root):
     """bpffs makes a pin 0600 (less under a umask); the collection's directories are 0700 and its locks 0600."""
-    run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=objects["xdp_drop_count"]["path"]))
-    run_distro("tc_program", dict(interface="eth0", netns=pair.rx, object=objects["tc_redirect"]["path"],
-                                  program="tc_drop_count", method="cls_bpf"))
+    attached = [run_distro("xdp_program", dict(interface="eth0", netns=pair.rx, object=objects["xdp_drop_count"]["path"])),
+                run_distro("tc_program", dict(interface="eth0", netns=pair.rx, object=objects["tc_redirect"]["path"],
+                                              program="tc_drop_count", method="cls_bpf"))]
+    assert all(one["changed"] and not one.get("failed") for one in attached), attached
     seen = {"dirs": 0, "pins": 0}
     for base, dirs, files in os.walk(pin_root):
         for name in dirs + files:
@@ -81,7 +82,7 @@ def test_pins_records_and_locks_are_root_only(run_distro, pair, objects, pin_roo
             assert st.st_uid == 0 and st.st_mode & 0o077 == 0, (os.path.join(base, name), oct(st.st_mode))
             seen["dirs" if stat.S_ISDIR(st.st_mode) else "pins"] += 1
     # prog, link (or the filter's prog), owner and maps of both hooks at least, and the pin root itself.
-    assert seen["dirs"] >= 5 and seen["pins"] >= 5, seen
+    assert seen["dirs"] >= 5 and seen["pins"] >= 5, (seen, sh("find", pin_root, "-ls").stdout)
     assert os.stat(pin_root).st_mode & 0o077 == 0
     locks = os.path.join(_pins.LOCK_DIR, pair.rx)
     assert os.stat(locks).st_mode & 0o077 == 0

@@ -192,9 +192,11 @@ def test_traffic_playbook_sends_with_pktgen_on_the_vm(vm):
     sender = task_results(out, "Keep the results as facts")["vm"]["ansible_facts"]["pktgen_sender_result"]
     assert (sender["engine"], sender["method"], sender["interface"], sender["netns"]) == (
         "pktgen", "start_xmit", "eth0", "tgsend"), sender
-    assert sender["sent"] == count and sender["errors"] == 0 and sender["protocols"] == {"udp": count}, sender
+    # errors: transmits the veth refused (its peer's 256-slot ring full), which pktgen retries until `count` went
+    # out; on 6.1 in a VM that waits for its CPU, the receiver's NAPI falls behind now and then (360 of 2000 once).
+    assert sender["sent"] == count and sender["protocols"] == {"udp": count}, sender
     [thread] = sender["threads"]
-    assert (thread["device"], thread["sent"], thread["errors"]) == ("eth0@0", count, 0), thread
+    assert (thread["device"], thread["sent"], thread["errors"]) == ("eth0@0", count, sender["errors"]), thread
     assert thread["result"].startswith("Result: OK: ") and sender["pps"] > 0, thread
 
     receiver = task_results(out, "Keep what arrived as facts")["vm"]["ansible_facts"]["pktgen_receiver_result"]

@@ -309,6 +309,9 @@ class Device:
             return True, "%s takes XDP frames: its peer has an XDP program" % what
         if self.kind == "veth" and self.peer_gro:
             return True, "%s takes XDP frames: its peer has GRO enabled" % what
+        if self.kind == "veth" and self.peer_xdp is False and self.peer_gro is None:
+            return False, ("%s: its peer has no XDP program, and its GRO cannot be read here (the peer's network "
+                           "namespace has no name under /run/netns; Linux < 6.3 has no xdp_features)" % what)
         if self.kind == "veth":
             return False, ("%s cannot take XDP frames: its peer has neither an XDP program nor GRO enabled, "
                            "and frames redirected into it would be dropped uncounted" % what)

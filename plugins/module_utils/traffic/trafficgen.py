@@ -521,17 +521,19 @@ def _xdp_send(program: _bpf.Program, data: bytes, ctx: bytes, batch: int, frames
     return time.monotonic() - start
 
 
-def _make_up(settings: Settings, program: _bpf.Program, data: bytes, ctx: bytes, cpu: int, refused: int) -> float:
-    """Send the `refused` frames again from cpu, round after round while the device refuses some of them and
-    takes others; the seconds."""
+def _make_up(settings: Settings, program: _bpf.Program, data: bytes, ctx: bytes, cpu: int, since: int) -> float:
+    """Send again from cpu what the device refused since its tx_dropped was `since`, round after round while
+    it refuses some of them and takes others; the seconds."""
     seconds = 0.0
+    mark = tx_dropped(settings.interface)
+    refused = mark - since
     for _round in range(MAKE_UP_ROUNDS):
         if refused <= 0:
             break
-        mark = tx_dropped(settings.interface)
         seconds += in_threads([cpu], lambda _index, _cpu, frames=refused: _xdp_send(
             program, data, ctx, settings.batch_size, frames, None))[0]
-        again = tx_dropped(settings.interface) - mark
+        now = tx_dropped(settings.interface)
+        again, mark = now - mark, now
         if again >= refused:
             break  # it took none of them: the shortfall stays in `sent`
         refused = again
@@ -571,8 +573,7 @@ def run_xdp(settings: Settings, kinds: list[Kind], cpus: list[int], ifindex: int
             try:
                 took = in_threads(cpus, work)
                 if settings.count:
-                    took[0] += _make_up(settings, loaded.program, data, ctx, cpus[0],
-                                        tx_dropped(settings.interface) - before)
+                    took[0] += _make_up(settings, loaded.program, data, ctx, cpus[0], before)
             except _bpf.BpfError as exc:
                 raise TrafficgenError(_explain(exc, settings, kind, data))
             seconds += time.monotonic() - start

@@ -50,6 +50,12 @@ PLAYBOOK = """
 DASHBOARD = os.path.join(ROOT, "roles", "xdp_metrics", "files", "grafana", "ebpf_xdp.json")
 
 
+# The role's variables that are the exporter's settings of the same name (roles/xdp_metrics/vars/main.yml,
+# __xdp_metrics_config), for Exporter.start_from.
+DIRECT_SETTINGS = {"pin_root", "netns", "listen_address", "port", "unmanaged_programs", "cache_seconds",
+                   "max_connections", "request_timeout"}
+
+
 def free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -76,6 +82,9 @@ class Exporter:
             "xdp_metrics_run_dir": os.path.join(self.base, "run"),
             "xdp_metrics_log_dir": os.path.join(self.base, "log"),
             "xdp_metrics_apt_update_cache": False,
+            # The package check is one module run of each role run (seconds in the emulated VM): asserted by
+            # the runs that install an exporter from nothing (served, TLS), taken as done by the others.
+            "xdp_metrics_install_packages": False,
             # Each scrape a new collection: the tests compare counters before and after frames sent within
             # a second (test_cache_serves_scrapes_within_its_interval has the cache on).
             "xdp_metrics_cache_seconds": 0}, **extra)
@@ -94,6 +103,23 @@ class Exporter:
         if self.connection:
             args += ["-c", self.connection, "-e", "ansible_python_interpreter=%s" % SYSTEM_PYTHON]
         return ansible_playbook(*args, check=check, expect_ok=expect_ok, extra_vars=[dict(self.vars, **extra)])
+
+    def start_from(self, installed):
+        """This exporter's configuration started from installed's code (an Exporter the role installed) with the
+        command the role's last task runs (--ensure), without a run of the role: for the tests of what the
+        exporter does, not of what the role does (a run of the role is ~12 module runs, a minute under emulation)."""
+        config = {key[len("xdp_metrics_"):]: val for key, val in self.vars.items()
+                  if key[len("xdp_metrics_"):] in DIRECT_SETTINGS}
+        config.update(service=self.name, pid_file=self.pid_file)
+        os.makedirs(os.path.dirname(self.config_file), exist_ok=True)
+        with open(self.config_file, "w", encoding="utf-8") as out:
+            json.dump(config, out)
+        proc = subprocess.run([SYSTEM_PYTHON, "-s", "-E", os.path.join(installed.base, "lib", "ebpf_xdp_exporter.py"),
+                               "--config", self.config_file, "--config-json", json.dumps(config),
+                               "--log-file", os.path.join(self.base, "log", self.name + ".log"), "--ensure"],
+                              capture_output=True, text=True, check=False)
+        assert proc.returncode == 0 and json.loads(proc.stdout)["action"] == "started", (proc.stdout, proc.stderr,
+                                                                                         self.log())
 
     def rhythm(self, **extra):
         """check -> run -> check -> run: changed, changed, not changed, not changed."""
@@ -226,7 +252,7 @@ def served():
     """One exporter for the tests that only read it (each with namespaces of its own, under its pin root),
     installed once by the role's four-step rhythm; what changes an exporter has one of its own."""
     workdir, pin_root = tempfile.mkdtemp(prefix="xdp_metrics_"), new_pin_root()
-    exp = Exporter(workdir, pin_root)
+    exp = Exporter(workdir, pin_root, xdp_metrics_install_packages=True)
     try:
         exp.rhythm()
         assert exp.pid(), "no exporter running after the role"
@@ -405,11 +431,12 @@ def closed_by_server(sock, wait):
     return True
 
 
-def test_slow_clients_do_not_delay_a_scrape_and_are_cut_at_their_deadline(pair, run, drop_obj, workdir, pin_root):
+def test_slow_clients_do_not_delay_a_scrape_and_are_cut_at_their_deadline(pair, run, drop_obj, workdir, pin_root,
+                                                                          served):
     exp = Exporter(workdir, pin_root, xdp_metrics_request_timeout=3, xdp_metrics_max_connections=12)
     try:
         attach(run, pair, drop_obj)
-        exp.role()
+        exp.start_from(served)
         exp.scrape()  # the first collection imports the module_utils: not what is measured here
         slow = hold(exp.port, 10)
         began = time.monotonic()
@@ -457,13 +484,13 @@ def test_slow_clients_do_not_delay_a_scrape_and_are_cut_at_their_deadline(pair, 
         exp.stop()
 
 
-def test_cache_serves_scrapes_within_its_interval(pair, run, drop_obj, workdir, pin_root):
+def test_cache_serves_scrapes_within_its_interval(pair, run, drop_obj, workdir, pin_root, served):
     exp = Exporter(workdir, pin_root, xdp_metrics_cache_seconds=4)
     try:
         attach(run, pair, drop_obj)
-        exp.role()
+        exp.start_from(served)
         pair.burst(run, count=100, protocols=("udp",))
-        time.sleep(4)  # the role's own scrape is out of the cache
+        time.sleep(4)  # --ensure's own scrape is out of the cache
         pages = []
         scrapers = [threading.Thread(target=lambda: pages.append(exp.scrape())) for _scraper in range(8)]
         for scraper in scrapers:
@@ -502,7 +529,7 @@ def test_default_cache_shows_a_program_attached_after_the_exporter_started(pair,
 
 
 def test_no_page_older_than_the_cache_interval_while_scrapers_ask_and_programs_come_and_go(
-        pair, run, drop_obj, workdir, pin_root):
+        pair, run, drop_obj, workdir, pin_root, served):
     """Three scrapers asking all the time, as several Prometheus servers would, while a program is attached
     and detached twice with the default cache (1 s): every page asked for more than 1 s after an attach or a
     detach ended, and before the next began, shows the host as it then was."""
@@ -520,7 +547,7 @@ def test_no_page_older_than_the_cache_interval_while_scrapers_ask_and_programs_c
     scrapers = [threading.Thread(target=scraper) for _scraper in range(3)]
     changes = []  # (began, ended, programs attached after it)
     try:
-        exp.role()
+        exp.start_from(served)
         for thread in scrapers:
             thread.start()
         for _round in range(2):
@@ -812,7 +839,7 @@ def test_prometheus_scrapes_over_tls_with_basic_auth(pair, run, drop_obj, workdi
     web_config = {"tls_server_config": {"cert_file": pki["server"], "key_file": pki["server_key"]},
                   "basic_auth_users": {"prometheus": hashed},
                   "http_server_config": {"headers": {"X-Content-Type-Options": "nosniff"}}}
-    exp = Exporter(workdir, pin_root, xdp_metrics_web_config=web_config)
+    exp = Exporter(workdir, pin_root, xdp_metrics_web_config=web_config, xdp_metrics_install_packages=True)
     try:
         attach(run, pair, drop_obj)
         exp.rhythm()
@@ -870,17 +897,29 @@ BAD_WEB_CONFIGS = [
 
 
 def test_bad_web_configurations_are_refused_and_change_nothing(served):
+    """The role stops on the first (nothing written, the running exporter left alone); what it stops on is the
+    exporter's check of the web configuration (the role's "Check the configuration on the host" task), which says
+    what is wrong with each of the others."""
     exporter = served
     pid = exporter.pid()
     with open(exporter.config_file, encoding="utf-8") as src:
         config = src.read()
-    for web_config, message in BAD_WEB_CONFIGS:
-        out = exporter.role(expect_ok=False, xdp_metrics_web_config=web_config)
-        assert message in only(failure_messages(out)), (message, failure_messages(out))
-        with open(exporter.config_file, encoding="utf-8") as src:
-            assert src.read() == config
-        assert not os.path.exists(os.path.join(exporter.base, "etc", exporter.name + ".web.yml"))
-        assert exporter.pid() == pid and "ebpf_xdp_exporter_info" in exporter.scrape()
+    (web_config, message), others = BAD_WEB_CONFIGS[0], BAD_WEB_CONFIGS[1:]
+    out = exporter.role(expect_ok=False, xdp_metrics_web_config=web_config)
+    assert message in only(failure_messages(out)), (message, failure_messages(out))
+    with open(exporter.config_file, encoding="utf-8") as src:
+        assert src.read() == config
+    assert not os.path.exists(os.path.join(exporter.base, "etc", exporter.name + ".web.yml"))
+    assert exporter.pid() == pid and "ebpf_xdp_exporter_info" in exporter.scrape()
+    # As the role asks: the configuration with a web configuration file, whose content is given.
+    with_web = dict(json.loads(config), web_config_file=os.path.join(exporter.base, "etc", exporter.name + ".web.yml"))
+    for web_config, message in others:
+        proc = subprocess.run([SYSTEM_PYTHON, "-s", "-E", os.path.join(exporter.base, "lib", "ebpf_xdp_exporter.py"),
+                               "--config", exporter.config_file, "--check", "--config-json", json.dumps(with_web),
+                               "--web-config-json", json.dumps(web_config)],
+                              capture_output=True, text=True, check=False)
+        assert proc.returncode == 2 and message in proc.stderr, (message, proc.stdout, proc.stderr)
+    assert exporter.pid() == pid
 
 
 # ---------------------------------------------------------------- the dashboard's queries

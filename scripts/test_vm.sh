@@ -165,6 +165,7 @@ mkdir -p $DEST/.build/collections/ansible_collections/ebpf
 ln -sfn $DEST $DEST/.build/collections/ansible_collections/ebpf/xdp
 mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf"
 
+WARM_SOCKET=/run/ebpf-xdp-warm-python.sock  # tests/vm/warm_python.py's SOCKET
 # The controller here for the files of conftest's HOST_CONTROLLED (tests/vm/host_controller.py says why). In the
 # VM: the interpreter its SSH connections run, which enters the namespace a connection names (as the ebpf.xdp.netns
 # connection does; with tests/vm on PYTHONPATH, as the VM's tests have). Here: the tests' temporary files at their
@@ -172,6 +173,7 @@ mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf"
 $VM ssh "set -e
 mkdir -p /usr/local/libexec/ebpf-xdp-tests
 printf '%s\n' '#!/bin/sh' 'export PYTHONPATH=$DEST/tests/vm' \
+	'[ \$# -ne 0 ] || [ ! -S $WARM_SOCKET ] || set -- -S -E $DEST/tests/vm/warm_python.py' \
 	'[ -n \"\${EBPF_XDP_NETNS:-}\" ] || exec /usr/bin/python3 \"\$@\"' \
 	'exec nsenter --net=/run/netns/\"\$EBPF_XDP_NETNS\" -- /usr/bin/python3 \"\$@\"' \
 	>/usr/local/libexec/ebpf-xdp-tests/python
@@ -183,6 +185,9 @@ for name in ansible ansible-playbook ansible-inventory ansible-runner; do
 	chmod 0755 /usr/local/libexec/ebpf-xdp-tests/bin/\$name
 done
 rm -rf $VM_TMP $VM_TMP.controller.* && mkdir -m 0700 $VM_TMP"
+# Modules run through Ansible there start warm (tests/vm/warm_python.py says why): a pipelined run (the payload on
+# stdin, no arguments) is handed to a server that has ansible-core's module_utils imported.
+$VM ssh "PYTHONPATH=$DEST/tests/vm python3 $DEST/tests/vm/warm_python.py serve $WARM_SOCKET $VM_SITE" || exit 1
 # The kernel's networking static keys held on for the whole run (tests/vm/hold_static_keys.py says why: under
 # emulation a key patched while the other CPU ran its site left that CPU trapping there for good, three times).
 KEYS_PID=/run/ebpf-xdp-hold-keys.pid
@@ -199,6 +204,8 @@ controller_pid=$!
 stop_controller() {
 	kill "$controller_pid" 2>/dev/null || true
 	$VM ssh "[ ! -e $KEYS_PID ] || { kill \$(cat $KEYS_PID); rm -f $KEYS_PID; }" 2>/dev/null || true
+	$VM ssh "[ ! -e $WARM_SOCKET.pid ] || { kill \$(cat $WARM_SOCKET.pid); rm -f $WARM_SOCKET $WARM_SOCKET.pid; }" 2>/dev/null ||
+		true
 	fusermount3 -u "$VM_TMP" 2>/dev/null || true
 	rmdir "$VM_TMP" 2>/dev/null || true
 	rm -rf "$controller_dir"

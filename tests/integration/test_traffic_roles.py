@@ -225,6 +225,7 @@ def test_sender_role_bad_input(lab, tmp_path):
     assert (rx_counts(lab.receiver) if lab.xdp_line("eth0") else {}) == before, "a bad input sent frames"
 
 
+@pytest.mark.debian12("traffic_check")
 def test_traffic_check_counts_every_frame_of_its_burst(run_distro, pair, drop_obj, tmp_path):
     """The role ebpf.xdp.traffic_check alone (deploy_xdp.yml's bursts), on a pair of its own rather than a lab:
     a burst out of tx/eth0, counted by xdp_drop_count on rx/eth0 through the receiver's facts read before and

@@ -512,6 +512,7 @@ def test_cache_serves_scrapes_within_its_interval(pair, run, drop_obj, workdir, 
         exp.stop()
 
 
+@pytest.mark.debian12("xdp_metrics")
 def test_default_cache_shows_a_program_attached_after_the_exporter_started(pair, run, drop_obj, workdir, pin_root):
     # The role's defaults (cache_seconds 1) and an exporter that has served pages before the attach, as in the
     # benchmark: a page older than its interval is never served again.

@@ -14,7 +14,9 @@ Each run of the role costs seconds (some 4.5 s of CPU), so the four-step rhythm 
 state-changing tasks: installing and starting an exporter (the shared one's, `served`), the web configuration
 (TLS), the removal (absent); the textfile mode and the netns connection run the same tasks with another
 configuration once (test_lab's rhythm of deploy_xdp.yml takes the lab's exporters through the netns connection).
-Tests that only need a running exporter with the defaults and change nothing share `served`.
+Tests that only need a running exporter with the defaults and change nothing share `served`; tests of what the
+exporter does with other settings (slow clients, the cache) start one from its installation with the command the
+role's last task runs (Exporter.start_from), without a run of the role.
 """
 
 import base64
@@ -104,6 +106,10 @@ class Exporter:
             args += ["-c", self.connection, "-e", "ansible_python_interpreter=%s" % SYSTEM_PYTHON]
         return ansible_playbook(*args, check=check, expect_ok=expect_ok, extra_vars=[dict(self.vars, **extra)])
 
+    def command(self):
+        """The installed exporter's command line, as the role runs it (__xdp_metrics_command), but --config."""
+        return [SYSTEM_PYTHON, "-s", "-E", os.path.join(self.base, "lib", "ebpf_xdp_exporter.py")]
+
     def start_from(self, installed):
         """This exporter's configuration started from installed's code (an Exporter the role installed) with the
         command the role's last task runs (--ensure), without a run of the role: for the tests of what the
@@ -114,10 +120,10 @@ class Exporter:
         os.makedirs(os.path.dirname(self.config_file), exist_ok=True)
         with open(self.config_file, "w", encoding="utf-8") as out:
             json.dump(config, out)
-        proc = subprocess.run([SYSTEM_PYTHON, "-s", "-E", os.path.join(installed.base, "lib", "ebpf_xdp_exporter.py"),
-                               "--config", self.config_file, "--config-json", json.dumps(config),
-                               "--log-file", os.path.join(self.base, "log", self.name + ".log"), "--ensure"],
-                              capture_output=True, text=True, check=False)
+        proc = subprocess.run(installed.command() + [
+            "--config", self.config_file, "--config-json", json.dumps(config),
+            "--log-file", os.path.join(self.base, "log", self.name + ".log"), "--ensure"],
+            capture_output=True, text=True, check=False)
         assert proc.returncode == 0 and json.loads(proc.stdout)["action"] == "started", (proc.stdout, proc.stderr,
                                                                                          self.log())
 
@@ -380,8 +386,8 @@ def test_ensure_keeps_only_an_exporter_that_serves_the_configuration_asked_for(p
     first = json.loads(written)
     exporter.role(xdp_metrics_netns=[pair.rx, pair.tx])  # the other run
     other = exporter.pid()
-    cli = [SYSTEM_PYTHON, "-s", "-E", os.path.join(exporter.base, "lib", "ebpf_xdp_exporter.py"),
-           "--config", exporter.config_file, "--log-file", os.path.join(exporter.base, "log", "cli.log"), "--ensure"]
+    cli = exporter.command() + [
+        "--config", exporter.config_file, "--log-file", os.path.join(exporter.base, "log", "cli.log"), "--ensure"]
     proc = subprocess.run(cli + ["--config-json", json.dumps(first)], capture_output=True, text=True, check=False)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert re.fullmatch(
@@ -915,10 +921,9 @@ def test_bad_web_configurations_are_refused_and_change_nothing(served):
     # As the role asks: the configuration with a web configuration file, whose content is given.
     with_web = dict(json.loads(config), web_config_file=os.path.join(exporter.base, "etc", exporter.name + ".web.yml"))
     for web_config, message in others:
-        proc = subprocess.run([SYSTEM_PYTHON, "-s", "-E", os.path.join(exporter.base, "lib", "ebpf_xdp_exporter.py"),
-                               "--config", exporter.config_file, "--check", "--config-json", json.dumps(with_web),
-                               "--web-config-json", json.dumps(web_config)],
-                              capture_output=True, text=True, check=False)
+        proc = subprocess.run(exporter.command() + [
+            "--config", exporter.config_file, "--check", "--config-json", json.dumps(with_web),
+            "--web-config-json", json.dumps(web_config)], capture_output=True, text=True, check=False)
         assert proc.returncode == 2 and message in proc.stderr, (message, proc.stdout, proc.stderr)
     assert exporter.pid() == pid
 

@@ -811,13 +811,14 @@ class GroupManager:
                    "section": spec.get("section")}
         selected = None
         named = current.get("program") == desired["program"] and current.get("section") == desired["section"]
-        if self.check_mode or not named:
+        same = all(current.get(k) == desired[k] for k in ("object", "object_sha256"))
+        if self.check_mode or not named or not same:
             # Opening is not loading: a file that is no BPF object, no such program or section, or a section of
-            # several programs is refused before anything changes (in check mode too).
+            # several programs is refused before anything changes and before what this kernel refuses, in a
+            # run as in check mode (an object to be loaded is opened first in both).
             with _bpf.BpfObject(path) as obj:
                 selected = _loader.select_program(obj, desired["program"], "xdp", devmap=True,
                                                   section=desired["section"])
-        same = all(current.get(k) == desired[k] for k in ("object", "object_sha256"))
         if same and (named or selected == current.get("program_name")) and os.path.exists(pinned):
             with _bpf.Program.from_pin(pinned) as prog:
                 if prog.info()["id"] == current.get("prog_id"):

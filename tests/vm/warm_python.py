@@ -26,6 +26,7 @@ controller's pinned ansible-core into SITE). What a module registered with atexi
 """
 
 import importlib
+import json
 import os
 import socket
 import sys
@@ -41,8 +42,6 @@ PREIMPORTED = ("atexit", "ctypes", "traceback", "types", "base64", "resource", "
 
 def client(path):
     """The interpreter's stand-in: the module's exit status as this process's."""
-    import json  # pylint: disable=import-outside-toplevel
-
     try:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.connect(path)
@@ -64,16 +63,14 @@ def client(path):
 
 
 def _receive(conn):
-    """(header, [fds]) of a client's connection."""
-    import json  # pylint: disable=import-outside-toplevel
-
+    """(header, [fds]) of a client's connection: the header's length (4 bytes), the header."""
     data, fds, _flags, _addr = socket.recv_fds(conn, 65536, 4)
     while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
         more = conn.recv(65536)
         if not more:
             raise EOFError("the client left before its request was whole")
         data += more
-    return json.loads(data[4:4 + int.from_bytes(data[:4], "big")]), fds
+    return json.loads(data[4:]), fds
 
 
 def _run(conn, new_path):
@@ -92,8 +89,7 @@ def _run(conn, new_path):
         os.dup2(fd, target)
     for fd in fds:
         os.close(fd)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the server's SIG_IGN would reap the module's children
     os.chdir(header["cwd"])
     os.umask(header["umask"])
     os.environ.clear()

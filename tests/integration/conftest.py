@@ -170,7 +170,9 @@ def pytest_runtest_logreport(report):
         feature, said = properties["kernel_refusal"]
         REFUSALS.append((report.nodeid, feature, said))
     if report.when == "call" and report.skipped and "hardware_skip" in properties:
-        HARDWARE_SKIPS.append((report.nodeid, properties["hardware_skip"]))
+        # The skip's own words (skip_for_hardware: what the test found, such as a rate it measured).
+        said = report.longrepr[2] if isinstance(report.longrepr, (tuple, list)) else str(report.longrepr)
+        HARDWARE_SKIPS.append((report.nodeid, properties["hardware_skip"], said.replace("Skipped: ", "", 1)))
     if report.skipped and getattr(report, "wasxfail", None) and "load average" in report.wasxfail:
         EXCUSED_BY_LOAD.append((report.nodeid, report.wasxfail))
 
@@ -182,8 +184,8 @@ def pytest_terminal_summary(terminalreporter, config):  # pylint: disable=unused
             terminalreporter.write_line("%s  [no %s] %s" % (nodeid, feature, said))
     if HARDWARE_SKIPS:
         terminalreporter.section("hardware this machine lacks: skipped (%d tests)" % len(HARDWARE_SKIPS))
-        for nodeid, feature in HARDWARE_SKIPS:
-            terminalreporter.write_line("%s  [no %s] %s" % (nodeid, feature, kernel_features.PROBES[feature][0]))
+        for nodeid, feature, said in HARDWARE_SKIPS:
+            terminalreporter.write_line("%s  [no %s] %s" % (nodeid, feature, said))
     if EXCUSED_BY_LOAD:
         terminalreporter.section("rates below their floor, excused by the load of the machine (%d tests)"
                                  % len(EXCUSED_BY_LOAD))

@@ -131,6 +131,13 @@ def _bcc():
     return binding.returncode == 0 and headers
 
 
+def _native_cpu():
+    """Not QEMU's software emulation (TCG), which names itself in the CPU's model name: the lab's VM here."""
+    with open("/proc/cpuinfo") as handle:
+        models = [line for line in handle if line.startswith("model name")]
+    return not any("TCG" in line for line in models)
+
+
 # name -> (what it is, the probe). Kernel versions are the first upstream release with the feature.
 PROBES = {
     "tcx": ("tcx links at tc ingress/egress (Linux 6.6)", _at_least(6, 6)),
@@ -148,6 +155,8 @@ PROBES = {
                             "(seen on 6.18, not on 6.1)", _at_least(6, 18)),
     "bcc": ("bcc's Python binding and kernel headers", _bcc),
     "two_cpus": ("at least two online CPUs (hardware, not a kernel feature)", lambda: (os.cpu_count() or 1) >= 2),
+    "native_cpu": ("a CPU that runs code natively, not under software emulation (hardware, not a kernel feature)",
+                   _native_cpu),
 }
 
 
@@ -246,7 +255,7 @@ NEEDED_BY = {
 
 
 # What a machine may lack without a kernel to refuse it: a test that needs it is the one allowed skip.
-HARDWARE = {"two_cpus"}
+HARDWARE = {"two_cpus", "native_cpu"}
 # What upstream kernels have had since before Debian 12's 6.1, and a host may still refuse by its own policy
 # (this machine's 6.18 answers EPERM to every live-frames run): make test-vm's subset takes no test for them, as
 # the VM's kernel does not differ there; make test-debian12 runs those tests in the VM all the same.

@@ -32,7 +32,8 @@ import time
 
 import pytest
 
-from conftest import BPF_DIR, VENV_PYTHON, ModuleRunner, Pair, compile_bpf, sh
+import kernel_features
+from conftest import BPF_DIR, VENV_PYTHON, ModuleRunner, Pair, compile_bpf, sh, skip_for_hardware
 from kernel_features import needs
 from test_devmap_group import V4, V4_MAC, mcast_obj, switch  # noqa: F401  # pylint: disable=unused-import
 from test_tc_program import TC_SHOT
@@ -54,6 +55,13 @@ MIN_PPS = 1e6
 # with the module runs) bound these.
 MIN_TC_PPS = 0.5e6
 CHUNK = 1 << 16  # frames per test run: ~10 ms at the generator's rate, so stop() is prompt
+# On an emulated CPU (the lab's VM) the receiver's NAPI, deferred to ksoftirqd or polled on the other CPU beside
+# a module run, drains slower than the one-CPU generator fills its 256-slot ring, and a full ring refuses frames
+# just as a peer without a program does (one counter on 6.1): there the generator sends a ring's worth at a time
+# and yields its CPU between, so that a refusal again means only a gap and the counts prove the upgrades on that
+# kernel; its rates are the emulation's, not judged. (Tried in the VM: a run at the idle scheduling class alone
+# still had refusals, 1200 of 2359296; a 1 ms sleep per 64 frames had none at a quarter of this pace.)
+PACED_CHUNK = 256
 # Per mode switch, what the loss may exceed the reported window by (see the mode switch test).
 SWITCH_SLACK_MS = 5.0
 
@@ -103,6 +111,7 @@ class Blast:
         self.error = None
         self.generated = self.refused = 0
         self.seconds = 0.0
+        self.paced = not kernel_features.features()["native_cpu"]
 
     def _send(self):
         try:
@@ -124,9 +133,12 @@ class Blast:
             before = _trafficgen.tx_dropped(self.ifname)
             start = time.monotonic()
             while not self.stopping.is_set():
-                loaded.program.test_run(kind.frame, repeat=CHUNK, flags=_bpf.BPF_F_TEST_XDP_LIVE_FRAMES,
-                                        batch_size=_trafficgen.DEFAULT_BATCH, ctx=ctx)
+                loaded.program.test_run(kind.frame, repeat=PACED_CHUNK if self.paced else CHUNK,
+                                        flags=_bpf.BPF_F_TEST_XDP_LIVE_FRAMES, batch_size=_trafficgen.DEFAULT_BATCH,
+                                        ctx=ctx)
                 self.running.set()
+                if self.paced:
+                    os.sched_yield()
             self.seconds = time.monotonic() - start
             self.generated = sum(int.from_bytes(v, "little") for v in counters.lookup(struct.pack("=I", 0)))
             self.refused = _trafficgen.tx_dropped(self.ifname) - before
@@ -164,7 +176,8 @@ def none_refused(blast):
     cannot tell the two apart, so a refusal is a lost frame, never one taken off what was sent. (6.18 drops
     the frames for a ringless peer before the veth, counted nowhere: a generator aimed at a receiver without
     program or GRO had 720896 frames vanish with tx_dropped 0, so there the count comparison finds the gap.
-    No full ring has refused a frame in these tests here: the receivers keep up with the one-CPU generator.)"""
+    No full ring has refused a frame in these tests on a native CPU: the receivers keep up with the one-CPU
+    generator; on an emulated one they do so only with the generator paced, Blast.paced.)"""
     assert blast.refused == 0, ("the sending veth refused %d of %d frames: lost for want of a program or of "
                                 "room in the peer's ring" % (blast.refused, blast.generated))
 
@@ -203,9 +216,14 @@ def upgrades(run, module, args, steps, blast):
     return results
 
 
-def check_rate(pps, minimum):
+def check_rate(request, pps, minimum, blast):
     """The rate the issue asks for; on a machine loaded beyond twice its CPUs (other test runs) a shortfall is
-    an expected failure that says so, not a pass: the exact counts above are asserted either way."""
+    an expected failure that says so, not a pass: the exact counts above are asserted either way. A paced
+    generator (an emulated CPU) has no rate to judge: the one skip for hardware, with what it delivered."""
+    if blast.paced:
+        skip_for_hardware(request.node, "native_cpu", "%.0f frames/s delivered by a generator paced for the emulated "
+                          "receiver, every frame counted (asserted); the floor of %.2f Mpps is a native CPU's"
+                          % (pps, minimum / 1e6))
     if pps >= minimum:
         return
     load = os.getloadavg()
@@ -225,7 +243,7 @@ def report(what, blast, counted_frames, results):
 # ---------------------------------------------------------------- XDP
 
 
-def test_xdp_upgrades_at_rate_lose_no_frame(direct, pair, drop_obj, drop_v2, tg_obj):  # noqa: F811
+def test_xdp_upgrades_at_rate_lose_no_frame(request, direct, pair, drop_obj, drop_v2, tg_obj):  # noqa: F811
     args = dict(interface="eth0", netns=pair.rx, mode="native")
     first = direct("xdp_program", dict(args, object=drop_obj))
     assert first["changed"] and first["attach"] == "link", first
@@ -241,7 +259,7 @@ def test_xdp_upgrades_at_rate_lose_no_frame(direct, pair, drop_obj, drop_v2, tg_
     report("xdp native, bpf_link update", blast, total, results)
     none_refused(blast)  # rx/eth0 has no GRO: a frame that met it without a program is refused (6.1) or lost
     assert total == blast.sent and blast.sent > 0
-    check_rate(delivered_pps(total, blast), MIN_PPS)
+    check_rate(request, delivered_pps(total, blast), MIN_PPS, blast)
 
 
 def test_xdp_forced_takeover_of_a_netlink_program_is_atomic(direct, pair, drop_obj, tg_obj):  # noqa: F811
@@ -314,7 +332,7 @@ def test_xdp_mode_switch_says_it_interrupted_and_measures_the_window(direct, pai
 
 
 @pytest.mark.parametrize("method", [needs("tcx", "tcx"), "cls_bpf"])
-def test_tc_upgrades_at_rate_lose_no_frame(direct, pair, tc_obj, tc_v2, tg_obj, method):  # noqa: F811
+def test_tc_upgrades_at_rate_lose_no_frame(request, direct, pair, tc_obj, tc_v2, tg_obj, method):  # noqa: F811
     """The frames reach tc as skbs (GRO on the receiving veth takes XDP frames into its stack).
 
     The receiver's stack runs inline on the generator's CPU (a threaded NAPI on the other CPU only made its
@@ -339,7 +357,7 @@ def test_tc_upgrades_at_rate_lose_no_frame(direct, pair, tc_obj, tc_v2, tg_obj, 
     report("tc %s" % method, blast, total, results)
     none_refused(blast)  # GRO: a frame without a tc program goes up the stack uncounted, a refused one is lost too
     assert total == blast.sent and blast.sent > 0
-    check_rate(delivered_pps(total, blast), MIN_TC_PPS)
+    check_rate(request, delivered_pps(total, blast), MIN_TC_PPS, blast)
 
 
 # ---------------------------------------------------------------- devmap group membership
@@ -365,7 +383,7 @@ def received(loaded):
         return sum((_facts.read_counters(counters) or {}).values())
 
 
-def test_devmap_group_members_that_stay_lose_nothing_at_rate(direct, mcast_obj, drop_obj, pin_root,
+def test_devmap_group_members_that_stay_lose_nothing_at_rate(request, direct, mcast_obj, drop_obj, pin_root,
                                                               tg_obj):  # noqa: F811
     """h0 -> p0 (xdp_multicast) -> group members p1..p3 -> counting h1..h3, natively; p2 leaves and comes back
     while the generator runs (devmap_group edits the group's devmap in place). p1 and p3 get every frame the
@@ -401,4 +419,4 @@ def test_devmap_group_members_that_stay_lose_nothing_at_rate(direct, mcast_obj, 
         assert 0 < got[2] < blast.sent and got[0] == 0
         assert sw.prog_ids() == prog_ids and all(r["changed"] for r in results)
         # Every frame is copied to three (or two) members on the generator's CPU: the copies are the rate.
-        check_rate(copies, MIN_TC_PPS)
+        check_rate(request, copies, MIN_TC_PPS, blast)

@@ -156,7 +156,7 @@ def deploy_vars(iface, pin_root, program):
 
 
 # The longest first: make test-vm runs these on two workers a test at a time (--dist load --maxschedchunk 1),
-# this one on one worker while the other three run on the other.
+# this one on one worker while the others run on the other.
 @pytest.mark.debian12("lab", "pktgen_sender", "pktgen_receiver")
 def test_traffic_playbook_sends_with_pktgen_on_the_vm(vm):
     """playbooks/traffic.yml on the VM as its header and the README give it (-e traffic_senders=vms
@@ -214,6 +214,46 @@ def test_traffic_playbook_sends_with_pktgen_on_the_vm(vm):
     assert ran["finished"] and ran["module_loaded"] is (not loaded_before), (loaded_before, ran)
     assert state == "loaded", after
     assert "kpktgend_0" in files and "eth0@" not in files, files
+
+
+@pytest.mark.debian12("benchmark")
+def test_benchmark_role_measures_xdp_drop_on_the_vm(vm, tmp_path):
+    """playbooks/benchmark.yml against the VM with its vars file (-e @playbooks/vars/benchmark_vm.yml), cut to one
+    short round of XDP drop and its baseline, iptables raw drop, on a veth pair of its own (the traffic_lab pair
+    is test_traffic_playbook's, which may run meanwhile): the role on 6.1 from end to end (the lock, what the
+    VM holds read and put back, the sources compiled there, the generator its kernel takes, the report written
+    here). Every frame a case sent must be counted at its receiver, or nearly: the emulated receiver may refuse
+    a few into a full ring, and a refusal is a lost frame."""
+    pair = VmPair()
+    others = ["XDP drop, xdp_drop_count, generic", "XDP drop, empty program, native", "tc drop, cls_bpf",
+              "nftables netdev ingress drop"]
+    results_dir = tmp_path / "results"
+    playbook(str(tmp_path / "up.yml"), [pair.up_task()])
+    try:
+        ansible_playbook(os.path.join(ROOT, "playbooks", "benchmark.yml"),
+                         "-e", "@" + os.path.join(ROOT, "playbooks", "vars", "benchmark_vm.yml"), extra_vars=[{
+                             "benchmark_topology_hosts": [], "benchmark_cases": ["drop"], "benchmark_repeat": 1,
+                             "benchmark_seconds": 1, "benchmark_exclude": ["tc drop, tcx"] + others,
+                             "benchmark_results_dir": str(results_dir),
+                             "benchmark_drop": {"sender": "vm", "sender_netns": pair.tx, "sender_interface": "eth0",
+                                                "receiver": "vm", "receiver_netns": pair.rx,
+                                                "receiver_interface": "eth0", "src_ip": pair.tx_ip,
+                                                "dst_ip": pair.rx_ip}}])
+    finally:
+        playbook(str(tmp_path / "down.yml"), [pair.down_task()])
+    [report_dir] = results_dir.iterdir()
+    assert sorted(p.name for p in report_dir.iterdir()) == ["drop.png", "report.md", "results.json"]
+    report = json.loads((report_dir / "results.json").read_text())
+    host = report["machine"]["hosts"]["vm"]
+    assert re.fullmatch(r"6\.1\.\d+-\d+-amd64", host["kernel"]) and report["machine"]["left_behind"] == "nothing", \
+        report["machine"]
+    runs = {r["case"]: r for r in report["results"]}
+    assert sorted(runs) == ["XDP drop, xdp_drop_count, native", "iptables raw drop"], sorted(runs)
+    for run in runs.values():
+        print("%s: %d sent, %d delivered, %.0f pps (%s)" % (run["case"], run["sent"], run["delivered"],
+                                                            run["value"], run["generator"]["name"]))
+        assert run["host"] == {"generator": "vm/" + pair.tx, "receiver": "vm/" + pair.rx}, run
+        assert run["sent"] > 0 and run["sent"] * 0.9 <= run["delivered"] <= run["sent"], run
 
 
 def test_reachable_with_the_debian_kernel_and_the_toolchain(vm):

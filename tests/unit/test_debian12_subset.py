@@ -13,9 +13,6 @@ INTEGRATION = os.path.join(ROOT, "tests", "integration")
 # Run on the controller only, never on a managed host's kernel: the report's plots need the controller's
 # matplotlib (the benchmark role delegates the module to localhost); make integration runs its tests here.
 CONTROLLER_ONLY = {"benchmark_report"}
-# Not yet on 6.1 in make test (issue 41): the benchmark role, whose positive runs (playbooks/benchmark.yml on the
-# lab, tests/benchmarks) measure this machine; on 6.1 only make test-debian12-long runs it (test_benchmark_runs.py).
-NOT_YET = {"benchmark"}
 # Test files make test-vm leaves out (make test-ee, make test-debian12 run them): their markers count for nothing
 # here.
 NOT_IN_MAKE_TEST = {"test_ee.py"}
@@ -58,7 +55,7 @@ def modules_and_roles():
 def test_every_module_and_role_has_a_positive_test_on_debian12():
     modules, roles = modules_and_roles()
     names = marked()
-    missing = sorted((modules - CONTROLLER_ONLY | roles - NOT_YET) - set(names))
+    missing = sorted((modules - CONTROLLER_ONLY | roles) - set(names))
     assert not missing, "no test marked pytest.mark.debian12(...) for %s: make test-vm would not run them on 6.1" % (
         ", ".join(missing))
 

@@ -135,7 +135,9 @@ if [[ -n $ssh_tests ]]; then
 		# make test's: those marked long are make test-debian12-long's (--long) only.
 		ssh_select=(-m "not long" --ignore tests/integration/test_ee.py tests/integration)
 	fi
-	.venv/bin/python -m pytest -p no:cacheprovider -q -rxs --durations=10 --vm=only -n 2 --dist load --maxschedchunk 1 \
+	# loadgroup: the tests of one xdist_group run one after the other on one worker (test_vm.py: pktgen, a kernel
+	# module of the VM's, loaded by one and counted as left behind by the other).
+	.venv/bin/python -m pytest -p no:cacheprovider -q -rxs --durations=10 --vm=only -n 2 --dist loadgroup \
 		"${ssh_select[@]}" || rc=$?
 	say "they took $((SECONDS - start)) s (exit $rc)"
 fi

@@ -155,8 +155,10 @@ def deploy_vars(iface, pin_root, program):
             "xdp_deploy_pin_root": pin_root, "xdp_deploy_programs": [dict(program, interface=iface)]}
 
 
-# The longest first: make test-vm runs these on two workers a test at a time (--dist load --maxschedchunk 1),
-# this one on one worker while the others run on the other.
+# The longest first: make test-vm runs these on two workers (--dist loadgroup), this one and then the benchmark's
+# on one (the group: this one loads pktgen, which the benchmark would count as a kernel module it left behind)
+# while the others run on the other.
+@pytest.mark.xdist_group("vm_kernel_modules")
 @pytest.mark.debian12("lab", "pktgen_sender", "pktgen_receiver")
 def test_traffic_playbook_sends_with_pktgen_on_the_vm(vm):
     """playbooks/traffic.yml on the VM as its header and the README give it (-e traffic_senders=vms
@@ -216,6 +218,7 @@ def test_traffic_playbook_sends_with_pktgen_on_the_vm(vm):
     assert "kpktgend_0" in files and "eth0@" not in files, files
 
 
+@pytest.mark.xdist_group("vm_kernel_modules")
 @pytest.mark.debian12("benchmark")
 def test_benchmark_role_measures_xdp_drop_on_the_vm(vm, tmp_path):
     """playbooks/benchmark.yml against the VM with its vars file (-e @playbooks/vars/benchmark_vm.yml), cut to one

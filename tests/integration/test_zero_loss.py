@@ -130,12 +130,12 @@ class Blast:
                 loaded.open_map(_trafficgen.COUNTER_MAP) as counters, \
                 loaded.open_map(_trafficgen.TEMPLATE_MAP) as template:
             template.update(struct.pack("=I", 0), kind.template())
+            chunk = PACED_CHUNK if self.paced else CHUNK
             before = _trafficgen.tx_dropped(self.ifname)
             start = time.monotonic()
             while not self.stopping.is_set():
-                loaded.program.test_run(kind.frame, repeat=PACED_CHUNK if self.paced else CHUNK,
-                                        flags=_bpf.BPF_F_TEST_XDP_LIVE_FRAMES, batch_size=_trafficgen.DEFAULT_BATCH,
-                                        ctx=ctx)
+                loaded.program.test_run(kind.frame, repeat=chunk, flags=_bpf.BPF_F_TEST_XDP_LIVE_FRAMES,
+                                        batch_size=_trafficgen.DEFAULT_BATCH, ctx=ctx)
                 self.running.set()
                 if self.paced:
                     os.sched_yield()

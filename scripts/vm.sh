@@ -68,6 +68,10 @@ INCLUDE+=,python3-bpfcc,linux-headers-amd64
 # Python (xdp_metrics) with promtool and a Prometheus server to judge and scrape it, ping, openssl for its TLS
 # (python3-bcrypt needs its cffi named: debootstrap does not resolve the virtual package it depends on).
 INCLUDE+=,python3-prometheus-client,prometheus,python3-bcrypt,python3-cffi-backend,python3-yaml,iputils-ping,netbase,openssl
+# The benchmark role's report, drawn by the controller where it runs: in the VM for test_benchmark_runs.py (the
+# role's scripts run where the controller is, so its tests keep their controller in the VM; make
+# test-debian12-long). numpy named for the ABI it provides, which matplotlib depends on.
+INCLUDE+=,python3-matplotlib,python3-numpy
 IMAGE_SIZE=3G
 
 APT_PACKAGES=(qemu-system-x86 debootstrap e2fsprogs openssh-client procps iproute2)

@@ -19,6 +19,7 @@ import struct
 
 import pytest
 
+import kernel_features
 from conftest import BPF_DIR, Pair, compile_bpf, sh, skip_for_hardware
 from kernel_features import needs
 from ansible_collections.ebpf.xdp.plugins.module_utils import _facts
@@ -122,16 +123,23 @@ def test_xdp_engine_counts_equal_the_receivers(run, pair, drop_obj, tg_obj):
 
 
 @pytest.mark.kernel("xdp_live_frames")
-def test_xdp_engine_sends_again_what_the_peers_ring_refused(run, pair, drop_obj, tg_obj):
-    """The peer's NAPI in a thread of its own (threaded NAPI), which the sender's CPU runs only when the sender
-    yields it: the sender fills the peer's 256-slot ring first, and the refused frames (the veth's tx_dropped)
-    go out again, so the receiver counts the count."""
+def test_xdp_engine_sends_again_what_the_peers_ring_refused(request, run, pair, drop_obj, tg_obj):
+    """The peer's NAPI in a thread of its own (threaded NAPI), which waits for a CPU while the sender's keeps
+    one busy: the sender fills the peer's 256-slot ring first, and the refused frames (the veth's tx_dropped)
+    go out again, so the receiver counts the count.
+
+    Under software emulation the sender is slow enough for the thread, woken on the other CPU, to keep up (make
+    test-debian12, once in two runs): there the counts are asserted all the same, and a run with no frame
+    refused is a hardware skip, not a pass."""
     attach_drop(pair.rx, drop_obj)
     sh("ip", "netns", "exec", pair.rx, "sh", "-c", "echo 1 > /sys/class/net/eth0/threaded")
     res = send(run, pair, engine="xdp", object=tg_obj, count=300000)
     assert res["sent"] == {"udp": 300000} and res["threads"][0]["sent"] == 300000 + res["tx_dropped"], res
-    assert res["tx_dropped"] > 0, "no frame refused: nothing was sent again"
     assert rx_counts(pair.rx) == {17: 300000}
+    if res["tx_dropped"] == 0 and not kernel_features.features()["native_cpu"]:
+        skip_for_hardware(request.node, "native_cpu", "the emulated peer's NAPI thread kept up with the emulated "
+                          "sender: no frame refused, nothing sent again (all 300000 counted)")
+    assert res["tx_dropped"] > 0, "no frame refused: nothing was sent again"
 
 
 def test_socket_engine_counts_equal_the_receivers(run_distro, pair, drop_obj):

@@ -2,7 +2,7 @@
 """One benchmark run at a time on a host: the lock the role takes before it reads or changes anything there.
 
     run_lock.py holder                       (on the controller) who this run is, as JSON
-    run_lock.py who FILE HOLDER_JSON         the run that holds FILE, if another (JSON, or null)
+    run_lock.py try FILE HOLDER_JSON         take FILE if no other run holds it, else name that run (JSON)
     run_lock.py take FILE HOLDER_JSON WAIT   take FILE, waiting up to WAIT seconds for another run to end
     run_lock.py give FILE RUN                give it back (only the run that holds it)
 
@@ -110,6 +110,14 @@ class LockError(Exception):
     pass
 
 
+class HeldError(LockError):
+    """Another run holds the lock: holder names it."""
+
+    def __init__(self, message: str, holder: str):
+        super().__init__(message)
+        self.holder = holder
+
+
 def _directory(path: str) -> int:
     """The lock's directory, made if missing, opened without following a link: root's and no one else's."""
     try:
@@ -201,13 +209,23 @@ def take(path: str, me: dict, wait: float) -> dict:
             continue
         waited_for = waited_for or other
         if time.monotonic() - began >= wait:
-            raise LockError(
-                "another benchmark run holds the host (%s) and did not end within %d s; nothing was changed. If "
-                "that run is over, remove %s." % (describe(other) if other else "an unreadable lock", wait, path))
+            holder = describe(other) if other else "an unreadable lock"
+            raise HeldError("another benchmark run holds the host (%s) and did not end within %d s; nothing was "
+                            "changed. If that run is over, remove %s." % (holder, wait, path), holder)
         time.sleep(POLL)
     return {"taken": True, "waited_seconds": round(time.monotonic() - began, 1),
             "waited_for": describe(waited_for) if waited_for else None,
             "taken_over": describe(taken_over) if taken_over else None}
+
+
+def attempt(path: str, me: dict) -> dict:
+    """Take the lock for run me if no live run holds it (take's answer), else {"taken": False, "holder": ...}. One
+    step: a run that looked first and took later could find the lock taken in between, and wait without having
+    said for whom."""
+    try:
+        return take(path, me, 0)
+    except HeldError as exc:
+        return {"taken": False, "holder": exc.holder}
 
 
 def give(path: str, run: str) -> dict:
@@ -226,11 +244,8 @@ def main(argv: list[str]) -> int:
     try:
         if argv[:1] == ["holder"]:
             out = holder()
-        elif argv[:1] == ["who"] and len(argv) == 3:
-            other = read(argv[1])
-            me = json.loads(argv[2])
-            out = None if other is None or other.get("run") == me["run"] or (other and gone(other)) else {
-                "holder": describe(other) if other else "an unreadable lock"}
+        elif argv[:1] == ["try"] and len(argv) == 3:
+            out = attempt(argv[1], json.loads(argv[2]))
         elif argv[:1] == ["take"] and len(argv) == 4:
             out = take(argv[1], json.loads(argv[2]), float(argv[3]))
         elif argv[:1] == ["give"] and len(argv) == 3:

@@ -82,9 +82,8 @@ def test_a_run_that_is_gone_is_taken_over_and_another_machines_is_not(lock):
     dead.wait()
     gone = me(pid=dead.pid)  # its start time is that of a process that no longer runs
     run_lock.take(lock, gone, 0)
-    assert run_lock.main(["who", lock, json.dumps(me())]) == 0
     mine = me()
-    assert run_lock.take(lock, mine, 0)["taken_over"].startswith("run %s," % gone["run"])
+    assert run_lock.attempt(lock, mine)["taken_over"].startswith("run %s," % gone["run"])
     assert run_lock.read(lock) == mine
     run_lock.give(lock, mine["run"])
 
@@ -128,13 +127,16 @@ def test_a_holder_in_another_pid_namespace_is_not_judged_gone(lock):
         run_lock.take(lock, me(), 0)
 
 
-def test_who_names_another_run_and_not_its_own(lock, capsys):
+def test_try_takes_a_free_lock_or_names_the_run_that_holds_it(lock, capsys):
     holder = me()
-    run_lock.take(lock, holder, 0)
-    assert run_lock.main(["who", lock, json.dumps(holder)]) == 0
-    assert json.loads(capsys.readouterr().out) is None
-    assert run_lock.main(["who", lock, json.dumps(me())]) == 0
-    assert json.loads(capsys.readouterr().out) == {"holder": run_lock.describe(holder)}
+    assert run_lock.main(["try", lock, json.dumps(holder)]) == 0
+    taken = json.loads(capsys.readouterr().out)
+    assert (taken["taken"], taken["waited_for"]) == (True, None) and run_lock.read(lock) == holder
+    assert run_lock.main(["try", lock, json.dumps(holder)]) == 0  # its own: held already
+    assert json.loads(capsys.readouterr().out)["taken"] is True
+    assert run_lock.main(["try", lock, json.dumps(me())]) == 0
+    assert json.loads(capsys.readouterr().out) == {"taken": False, "holder": run_lock.describe(holder)}
+    assert run_lock.read(lock) == holder
 
 
 def test_never_through_a_link_nor_in_a_directory_others_may_write(lock, tmp_path, capsys):

@@ -465,10 +465,10 @@ def test_fields_refuses_what_no_copy_carries_and_changes_nothing(run, pair, obje
 BURST = 20000
 
 
-def stream(netns, ifname, dst_mac, src_ip, dst_ip, stop):
+def stream(netns, ifname, dst_mac, src_ip, dst_ip, stop, sending):
     """UDP frames out of netns/ifname, burst after burst, until stop is set, then one burst more (frames keep
     arriving after the upgrade): the frames the kernel took, and the monotonic times of the first and last
-    burst. Sent from this process rather than by xdp_trafficgen (whose runs each have a count fixed before the
+    burst; sending is set once the first burst is out. Sent from this process rather than by xdp_trafficgen (whose runs each have a count fixed before the
     upgrade starts, and seconds between them under emulation): the stream lasts as long as the upgrade does,
     on this machine or in the emulated VM, with no gap."""
     import socket  # pylint: disable=import-outside-toplevel
@@ -485,6 +485,7 @@ def stream(netns, ifname, dst_mac, src_ip, dst_ip, stop):
         while True:
             last = stop.is_set()
             out += _frames.send_on(sock, {"udp": frame}, BURST)[0]["udp"]
+            sending.set()
             if last:
                 return out, (started, time.monotonic())
 
@@ -502,15 +503,22 @@ def upgrade_under_traffic(run, pair, module, args, refused=False, env=None, a1_m
     if a1_mac:
         streams["a1"] = (pair.rx, "b1", a1_mac, "10.99.0.2", "10.99.0.1")
     ended = {}
+    sending = {name: threading.Event() for name in streams}
 
     def sender(name):
-        ended[name] = stream(*streams[name], stop)
+        try:
+            ended[name] = stream(*streams[name], stop, sending[name])
+        finally:
+            sending[name].set()  # a stream that failed has no count, which is asserted below
 
     threads = [threading.Thread(target=sender, args=(name,)) for name in streams]
     for thread in threads:
         thread.start()
     try:
-        time.sleep(0.3)  # the streams started
+        # Every stream's first burst out before the upgrade starts (a fixed 0.3 s was not enough for the
+        # second stream's thread on the emulated CPU of make test-debian12).
+        for name, event in sending.items():
+            assert event.wait(120), "the stream to %s has not started in 120 s" % name
         start = time.monotonic()
         upgraded = run(module, args, env=env)
         upgrade = (start, time.monotonic())

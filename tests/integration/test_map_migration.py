@@ -468,9 +468,9 @@ BURST = 20000
 def stream(netns, ifname, dst_mac, src_ip, dst_ip, stop, sending):
     """UDP frames out of netns/ifname, burst after burst, until stop is set, then one burst more (frames keep
     arriving after the upgrade): the frames the kernel took, and the monotonic times of the first and last
-    burst; sending is set once the first burst is out. Sent from this process rather than by xdp_trafficgen (whose runs each have a count fixed before the
-    upgrade starts, and seconds between them under emulation): the stream lasts as long as the upgrade does,
-    on this machine or in the emulated VM, with no gap."""
+    burst; sending is set once the first burst is out. Sent from this process rather than by xdp_trafficgen
+    (whose runs each have a count fixed before the upgrade starts, and seconds between them under emulation):
+    the stream lasts as long as the upgrade does, on this machine or in the emulated VM, with no gap."""
     import socket  # pylint: disable=import-outside-toplevel
     import time  # pylint: disable=import-outside-toplevel
     from ansible_collections.ebpf.xdp.plugins.module_utils.traffic import frames as _frames  # pylint: disable=import-outside-toplevel

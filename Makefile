@@ -41,7 +41,8 @@ test-vm: setup
 
 # Every integration test on Debian 12's 6.1 kernel (but the few about the controller alone): the VM's tests over
 # SSH from here, then the rest inside the VM, booted once (scripts/test_vm.sh --all; not part of make test). Those
-# marked long in make test-debian12-long (each is to fit in one CI run of 90 minutes; README says how far).
+# marked long and the files of conftest's DEBIAN12_SECOND_PART in make test-debian12-long (each is to fit in one
+# CI run of 90 minutes; README says how far).
 test-debian12: setup
 	bash scripts/ee.sh
 	bash scripts/test_vm.sh --all

@@ -136,15 +136,18 @@ def _run_lock():
 
 
 def _waiting_takes(lock_dir):
-    """The pids of run_lock.py take processes waiting on a lock in lock_dir."""
+    """The pids of run_lock.py take processes waiting on a lock in lock_dir: asleep between two reads of a lock
+    found held (a process only started, as under emulation, has not read it yet)."""
     pids = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open("/proc/%s/cmdline" % pid, "rb") as src:
                 argv = src.read().decode(errors="replace").split("\0")
+            with open("/proc/%s/wchan" % pid, encoding="ascii") as src:
+                asleep = "nanosleep" in src.read()
         except OSError:
             continue
-        if any(arg.endswith("run_lock.py") for arg in argv) and "take" in argv and any(
+        if asleep and any(arg.endswith("run_lock.py") for arg in argv) and "take" in argv and any(
                 arg.startswith(lock_dir + "/") for arg in argv):
             pids.append(pid)
     return pids

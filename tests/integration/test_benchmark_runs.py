@@ -135,14 +135,13 @@ def _run_lock():
     return module
 
 
-def _waiting_takes(lock_dir):
+def _waiting_takes(run_lock, lock_dir):
     """The pids of run_lock.py take processes waiting on a lock in lock_dir: asleep between two reads of a lock
     found held (a process only started, as under emulation, has not read it yet)."""
     pids = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
+        argv = run_lock._cmdline(int(pid))  # pylint: disable=protected-access
         try:
-            with open("/proc/%s/cmdline" % pid, "rb") as src:
-                argv = src.read().decode(errors="replace").split("\0")
             with open("/proc/%s/wchan" % pid, encoding="ascii") as src:
                 asleep = "nanosleep" in src.read()
         except OSError:
@@ -186,7 +185,7 @@ def test_two_runs_listing_two_hosts_in_opposite_orders_both_take_them(tmp_path):
     for thread in threads:
         thread.start()
     deadline = time.monotonic() + 300
-    while len(_waiting_takes(str(lock_dir))) < 2:  # both runs found the hosts held and wait
+    while len(_waiting_takes(run_lock, str(lock_dir))) < 2:  # both runs found the hosts held and wait
         assert time.monotonic() < deadline and all(t.is_alive() for t in threads), outs
         time.sleep(0.2)
     for host in hosts:

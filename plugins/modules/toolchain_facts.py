@@ -31,7 +31,8 @@ extends_documentation_fragment:
 options:
   packages:
     description:
-      - Packages whose installed version to report (Debian and Ubuntu, through C(dpkg-query)).
+      - Packages whose installed version to report (Debian and Ubuntu, from dpkg's status file as C(dpkg-query)
+        reads it; C(dpkg-query) itself while dpkg has updates not yet merged into that file).
     type: list
     elements: str
     default: []
@@ -138,7 +139,7 @@ ansible_facts:
         - C(os) (C(distribution) and C(os_family) as M(ansible.builtin.setup) names them, for the distributions
           the collection supports, else the C(ID) of C(/etc/os-release) and null; C(version_id)),
           C(packages) (name to installed version, null when not installed, or every value null without dpkg),
-          C(dpkg) (whether C(dpkg-query) is there), C(bpffs) (C(path), C(mounted), C(fstype)), C(kernel)
+          C(dpkg) (whether dpkg's status file or C(dpkg-query) is there), C(bpffs) (C(path), C(mounted), C(fstype)), C(kernel)
           (C(release), C(bpf_syscall), C(btf), C(xdp_live_frames) whether the kernel took a live-frames test run
           and C(xdp_live_frames_error) why not, null when it did), C(uid), C(capabilities) (C(effective) as a number,
           C(net_admin), C(bpf), C(sys_admin)) and C(files) (path to SHA-1 or null); with O(require), C(ready)

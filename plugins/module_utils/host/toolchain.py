@@ -25,9 +25,21 @@ DISTRIBUTIONS = {"debian": "Debian", "ubuntu": "Ubuntu"}
 DEBIAN_LIKE = ("debian", "ubuntu")
 
 
-def installed(run_command, find_program, packages) -> tuple[dict, bool]:
-    """Name to installed version (None when not installed), in one dpkg-query; and whether dpkg is there."""
+def installed(run_command, find_program, packages, admin_dir="/var/lib/dpkg") -> tuple[dict, bool]:
+    """Name to installed version (None when not installed); and whether dpkg is there. Read from dpkg's
+    status file, as dpkg-query reads it: a dpkg-query costs ~16 ms of a host's CPU, most of a probe's own work
+    on a fleet's no-change run, and the file ~4 ms. While dpkg has updates not yet merged into the file (an
+    interrupted run), or without the file, dpkg-query answers."""
     found = dict.fromkeys(packages)
+    if packages and not _pending_updates(admin_dir):
+        try:
+            with open(os.path.join(admin_dir, "status"), encoding="utf-8", errors="replace") as status:
+                text = status.read()
+        except OSError:
+            pass
+        else:
+            _read_status(text, found)
+            return found, True
     dpkg = find_program("dpkg-query")
     if not dpkg or not packages:
         return found, bool(dpkg)
@@ -42,6 +54,37 @@ def installed(run_command, find_program, packages) -> tuple[dict, bool]:
         if name in found and status == "installed":
             found[name] = version
     return found, True
+
+
+def _pending_updates(admin_dir):
+    """Whether dpkg's journal holds updates not yet in its status file (files named by a number, deb-status(5)):
+    True when it cannot be read, so that dpkg-query answers."""
+    try:
+        return any(name.isdigit() for name in os.listdir(os.path.join(admin_dir, "updates")))
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+
+
+def _read_status(text, found):
+    """Fill found (name -> None) with the version of each package whose stanza in dpkg's status file says it
+    is installed (the last word of Status, dpkg-query's db:Status-Status); one stanza per architecture of a
+    multiarch package, any installed one counts."""
+    for stanza in text.split("\n\n"):
+        stanza = stanza.strip("\n")
+        # dpkg writes Package first: the other stanzas are passed over without reading their fields.
+        first, _sep, _rest = stanza.partition("\n")
+        if first.startswith("Package:") and first[8:].strip() not in found:
+            continue
+        fields = {}
+        for line in stanza.split("\n"):
+            key, sep, value = line.partition(":")
+            if sep and not line[:1].isspace():
+                fields[key] = value.strip()
+        name = fields.get("Package")
+        if name in found and fields.get("Status", "").rsplit(" ", 1)[-1] == "installed":
+            found[name] = fields.get("Version")
 
 
 def mount_type(path):

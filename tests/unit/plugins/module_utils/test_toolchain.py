@@ -1,4 +1,4 @@
-"""host/toolchain: dpkg-query's answer read into versions, this machine's own bpffs, kernel and capabilities, and
+"""host/toolchain: dpkg's status file (or dpkg-query's answer) read into versions, this machine's own bpffs, kernel and capabilities, and
 what makes a host ready (the decision of the toolchain role and of datapath's toolchain check)."""
 
 import os
@@ -20,17 +20,87 @@ class _Module:
         return 1, self.out, "dpkg-query: no packages found matching nosuch\n"
 
 
-def test_installed_versions_from_one_query():
+def test_installed_versions_from_one_query(tmp_path):
     module = _Module("clang\tinstalled\t1:14.0-55.7~deb12u1\nlibbpf1:amd64\tinstalled\t1:1.1.2-0+deb12u1\n"
                      "llvm\tconfig-files\t1:14.0-55.7\n")
-    found, dpkg = _toolchain.installed(module.run_command, module.get_bin_path, ["clang", "libbpf1", "llvm", "nosuch"])
+    found, dpkg = _toolchain.installed(module.run_command, module.get_bin_path, ["clang", "libbpf1", "llvm", "nosuch"],
+                                       admin_dir=str(tmp_path))  # no status file: dpkg-query answers
     assert dpkg and found == {"clang": "1:14.0-55.7~deb12u1", "libbpf1": "1:1.1.2-0+deb12u1", "llvm": None,
                               "nosuch": None}
     assert module.argv[-4:] == ["clang", "libbpf1", "llvm", "nosuch"]
 
 
-def test_without_dpkg_nothing_is_installed():
-    assert _toolchain.installed(_Module("", dpkg=None).run_command, _Module("", dpkg=None).get_bin_path, ["clang"]) == ({"clang": None}, False)
+def test_without_dpkg_nothing_is_installed(tmp_path):
+    module = _Module("", dpkg=None)
+    assert _toolchain.installed(module.run_command, module.get_bin_path, ["clang"], admin_dir=str(tmp_path)) == (
+        {"clang": None}, False)
+
+
+STATUS = """Package: clang
+Status: install ok installed
+Priority: optional
+Architecture: amd64
+Version: 1:14.0-55.7~deb12u1
+Description: C, C++ and Objective-C compiler
+ Package: llvm
+ Status: install ok installed
+
+Package: libbpf1
+Status: install ok installed
+Multi-Arch: same
+Architecture: i386
+Version: 1:1.1.2-0+deb12u1
+
+Package: libbpf1
+Status: deinstall ok config-files
+Architecture: amd64
+Version: 1:1.1.0
+
+Package: llvm
+Status: deinstall ok config-files
+Version: 1:14.0-55.7
+
+Package: iproute2
+Status: install reinstreq half-installed
+Version: 6.1.0-3
+"""
+
+
+def test_installed_versions_from_the_status_file(tmp_path):
+    (tmp_path / "status").write_text(STATUS)
+    (tmp_path / "updates").mkdir()
+    (tmp_path / "updates" / "tmp.i").write_text("")  # dpkg's scratch file, not an update
+    module = _Module("")
+    found, dpkg = _toolchain.installed(module.run_command, module.get_bin_path,
+                                       ["clang", "libbpf1", "llvm", "iproute2", "nosuch"], admin_dir=str(tmp_path))
+    # The description's indented lines are not fields; one installed architecture of libbpf1 is enough.
+    assert dpkg and found == {"clang": "1:14.0-55.7~deb12u1", "libbpf1": "1:1.1.2-0+deb12u1", "llvm": None,
+                              "iproute2": None, "nosuch": None}
+    assert module.argv is None
+
+
+def test_pending_updates_are_dpkg_querys_to_read(tmp_path):
+    (tmp_path / "status").write_text(STATUS)
+    (tmp_path / "updates").mkdir()
+    (tmp_path / "updates" / "0001").write_text("Package: llvm\nStatus: install ok installed\nVersion: 1:14\n")
+    module = _Module("llvm\tinstalled\t1:14\n")
+    found, dpkg = _toolchain.installed(module.run_command, module.get_bin_path, ["llvm"], admin_dir=str(tmp_path))
+    assert dpkg and found == {"llvm": "1:14"} and module.argv[-1] == "llvm"
+
+
+def test_this_machines_status_file_says_what_dpkg_query_says():
+    packages = ["clang", "libbpf1", "iproute2", "python3", "nosuch-package"]
+    query = _Module("")
+    query.run_command = _run
+    from_query, _dpkg = _toolchain.installed(query.run_command, query.get_bin_path, packages, admin_dir="/nonexistent")
+    from_file, _dpkg = _toolchain.installed(query.run_command, query.get_bin_path, packages)
+    assert from_file == from_query and from_file["python3"]
+
+
+def _run(argv):
+    import subprocess  # pylint: disable=import-outside-toplevel
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    return proc.returncode, proc.stdout, proc.stderr
 
 
 def test_this_machine():
@@ -111,8 +181,9 @@ def test_every_distribution_s_packages_are_asked_about():
 
 
 def test_read_decides_with_require():
-    module = _Module("clang\tinstalled\t1:14\n")
+    module = _Module("")
     facts = _toolchain.read(module.run_command, module.get_bin_path, require={"packages": ["clang", "nosuch"]})
-    assert facts["packages"] == {"clang": "1:14", "nosuch": None}
+    # This machine's dpkg status (make setup installs clang).
+    assert facts["packages"]["clang"] and facts["packages"]["nosuch"] is None
     assert "packages not installed: nosuch" in facts["unready"] and facts["ready"] is False
     assert "ready" not in _toolchain.read(module.run_command, module.get_bin_path, packages=["clang"])

@@ -27,9 +27,9 @@ DEBIAN_LIKE = ("debian", "ubuntu")
 
 def installed(run_command, find_program, packages, admin_dir="/var/lib/dpkg") -> tuple[dict, bool]:
     """Name to installed version (None when not installed); and whether dpkg is there. Read from dpkg's
-    status file, as dpkg-query reads it: a dpkg-query costs ~16 ms of a host's CPU, most of a probe's own work
-    on a fleet's no-change run, and the file ~4 ms. While dpkg has updates not yet merged into the file (an
-    interrupted run), or without the file, dpkg-query answers."""
+    status file, as dpkg-query reads it: a dpkg-query started from a module cost a rollout's no-change probe
+    ~40 ms of each host's CPU (docs/scale.md), the file ~4 ms. While dpkg has updates not yet merged into the
+    file (an interrupted run), or without the file, dpkg-query answers."""
     found = dict.fromkeys(packages)
     if packages and not _pending_updates(admin_dir):
         try:

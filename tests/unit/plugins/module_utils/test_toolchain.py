@@ -1,7 +1,8 @@
-"""host/toolchain: dpkg's status file (or dpkg-query's answer) read into versions, this machine's own bpffs, kernel and capabilities, and
-what makes a host ready (the decision of the toolchain role and of datapath's toolchain check)."""
+"""host/toolchain: dpkg's status file (or dpkg-query's answer) read into versions, this machine's own bpffs, kernel
+and capabilities, and what makes a host ready (the decision of the toolchain role and of datapath's toolchain check)."""
 
 import os
+import subprocess
 
 from ansible_collections.ebpf.xdp.plugins.module_utils.host import toolchain as _toolchain
 
@@ -98,7 +99,6 @@ def test_this_machines_status_file_says_what_dpkg_query_says():
 
 
 def _run(argv):
-    import subprocess  # pylint: disable=import-outside-toplevel
     proc = subprocess.run(argv, capture_output=True, text=True, check=False)
     return proc.returncode, proc.stdout, proc.stderr
 
